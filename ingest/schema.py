@@ -90,6 +90,12 @@ PARTITIONS: Dict[str, List[str]] = {
 PROFILE_TABLES = ["runs", "captures", "kernels", "host_ops", "call_stacks", "mstx_ranges"]
 
 
+from .dump_schema import DUMP_PARTITIONS, DUMP_TABLES  # noqa: E402
+
+TABLES.update(DUMP_TABLES)
+PARTITIONS.update(DUMP_PARTITIONS)
+
+
 def register(table: str, columns: List[Column], partitions: List[str]) -> None:
     """Register another raw table (used by the dump reader). Idempotent."""
     TABLES[table] = columns

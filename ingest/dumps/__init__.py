@@ -1,0 +1,1 @@
+"""msprobe dump reading, semantic boundaries, exact gate, ULP and stub rounds."""
