@@ -74,6 +74,11 @@ TABLES: Dict[str, List[Column]] = {
         ("capture_id", "VARCHAR"), ("message", "VARCHAR"), ("start_ns", "BIGINT"),
         ("end_ns", "BIGINT"), ("global_tid", "BIGINT"),
     ],
+    # per-LLM-family source-path notes (models/callstack_notes.yaml) recorded with the run
+    "source_notes": [
+        ("run_id", "VARCHAR"), ("model_family", "VARCHAR"), ("module", "VARCHAR"),
+        ("side", "VARCHAR"), ("path", "VARCHAR"), ("function", "VARCHAR"), ("kernel", "VARCHAR"),
+    ],
 }
 
 # partition columns below run_id, per table
@@ -84,10 +89,11 @@ PARTITIONS: Dict[str, List[str]] = {
     "host_ops": ["side", "rank"],
     "call_stacks": ["side", "rank"],
     "mstx_ranges": ["side", "rank"],
+    "source_notes": [],
 }
 
 # the tables a profiler ingest owns (replaced together when a run is re-ingested)
-PROFILE_TABLES = ["runs", "captures", "kernels", "host_ops", "call_stacks", "mstx_ranges"]
+PROFILE_TABLES = ["runs", "captures", "kernels", "host_ops", "call_stacks", "mstx_ranges", "source_notes"]
 
 
 from .dump_schema import DUMP_PARTITIONS, DUMP_TABLES  # noqa: E402

@@ -1,0 +1,37 @@
+-- grain: one row per distinct (op_type, kernel_name) seen in the lake, with its best catalog match.
+-- Matching happens on distinct names (small), never per kernel row.
+with names as (
+    select distinct op_type, kernel_name from {{ ref('stg_lake__kernels') }}
+),
+matched as (
+    select
+        n.op_type, n.kernel_name, c.*,
+        row_number() over (
+            partition by n.op_type, n.kernel_name
+            order by c.priority,
+                     case c.pattern_kind when 'op_type' then 0 when 'name_regex' then 1 else 2 end,
+                     c.pattern
+        ) as rn
+    from names n
+    join {{ ref('op_catalog') }} c
+      on (c.pattern_kind = 'op_type' and n.op_type = c.pattern)
+      or (c.pattern_kind = 'op_regex' and regexp_matches(coalesce(n.op_type, ''), c.pattern))
+      or (c.pattern_kind = 'name_regex' and regexp_matches(coalesce(n.kernel_name, ''), c.pattern))
+)
+select
+    n.op_type,
+    n.kernel_name,
+    coalesce(m.category, 'uncategorized') as category,
+    coalesce(m.module, 'uncategorized') as module,
+    coalesce(m.fused, false) as fused,
+    m.fusion_scope,
+    m.replaces,
+    coalesce(m.base_op, n.op_type) as base_op,
+    coalesce(m.backend, 'unknown') as backend,
+    m.equiv_class,
+    coalesce(m.direction, 'fwd') as direction,
+    m.pattern_kind || ':' || m.pattern as matched_pattern,
+    m.source_note
+from names n
+left join matched m
+  on m.rn = 1 and m.op_type is not distinct from n.op_type and m.kernel_name is not distinct from n.kernel_name

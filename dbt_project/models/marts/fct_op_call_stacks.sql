@@ -1,0 +1,35 @@
+-- grain: run × side × op_type: the most frequent runtime call stack of the op's host op
+-- (PYTORCH_CALLCHAINS, innermost frame first as torch_npu stores it) and the MSTX phase.
+with k as (
+    select run_id, side, rank, capture_id, op_type, module, callchain_id, host_op_name, start_ns
+    from {{ ref('int_kernels_categorised') }}
+    where callchain_id is not null
+),
+top_chain as (
+    select run_id, side, op_type, any_value(module) as module, rank, capture_id, callchain_id,
+           any_value(host_op_name) as host_op_name, count(*) as kernels
+    from k
+    group by run_id, side, op_type, rank, capture_id, callchain_id
+    qualify row_number() over (partition by run_id, side, op_type order by count(*) desc, rank, callchain_id) = 1
+),
+frames as (
+    select t.run_id, t.side, t.op_type, t.module, t.host_op_name, t.kernels,
+           string_agg(s.frame, chr(10) order by s.depth) as stack,
+           count(s.frame) as depth
+    from top_chain t
+    join {{ ref('stg_lake__call_stacks') }} s
+      on s.run_id = t.run_id and s.side = t.side and s.rank = t.rank and s.capture_id = t.capture_id
+     and s.callchain_id = t.callchain_id
+    group by all
+),
+phase as (
+    select k.run_id, k.side, k.op_type, string_agg(distinct m.message, ', ') as phases
+    from {{ ref('stg_lake__kernels') }} k
+    join {{ ref('stg_lake__mstx_ranges') }} m
+      on m.run_id = k.run_id and m.side = k.side and m.rank = k.rank
+     and k.start_ns between m.start_ns and m.end_ns
+    group by k.run_id, k.side, k.op_type
+)
+select f.*, p.phases, 'PYTORCH_CALLCHAINS' as stack_source
+from frames f
+left join phase p using (run_id, side, op_type)

@@ -1,0 +1,373 @@
+"""Read one ``ascend_pytorch_profiler_{rank}.db`` (torch_npu DB export) into the lake.
+
+Format facts (``reference/ascend-profiler-format.md`` §0, §2.2–2.6, "Traps"; torch_npu
+``_fwk_api_db_parser.py``; msprof ``msprof_db.cpp``):
+
+* kernels are ``TASK ⋈ COMPUTE_TASK_INFO`` on ``globalTaskId`` (TASK also holds memcpy/event rows
+  that are not kernels) plus one row per ``COMMUNICATION_OP`` (HCCL op, op type ``hcom_*_``);
+* every name-like INTEGER column is an id into ``STRING_IDS(id, value)``;
+* host op of a kernel: ``TASK.connectionId = CONNECTION_IDS.connectionId``,
+  ``CONNECTION_IDS.id = PYTORCH_API.connectionId`` (op rows ``type = 50001``; the innermost op wins);
+  the launching CANN API is ``CANN_API.connectionId = TASK.connectionId``;
+* ``PYTORCH_API.startNs/endNs`` are TEXT; ``inputDtypes``/``inputShapes`` contents are swapped in
+  real files (decided here by content); the block-size column is ``blockDim`` (CANN 8.x),
+  ``blockNum`` (CANN 9.0) or ``block_dim`` (2024-03) — probed with ``PRAGMA table_info``;
+* a DB in WAL journal mode (header bytes 18–19 = 2) grows ``-wal``/``-shm`` files when opened,
+  even read-only, so it is copied to a private temp folder first; inputs stay byte-identical.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+from .duck import sql_str
+from .errors import TilakeError
+from .profiler_sql import clean_text, is_derived, op_type_or_derived
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+INVALID = 4294967295
+API_TYPE_OP = 50001
+BLOCK_COLUMNS = ("blockDim", "blockNum", "block_dim")
+# extra tables/columns MindStudio Insight writes into DBs it opens (reference §2.2 note)
+INSIGHT_TABLES = {"OVERLAP_ANALYSIS", "connectionCats", "status_info"}
+
+
+@dataclass
+class DbProbe:
+    """What a DB holds: ``tables`` (name → list of column names), ``rows`` (name → count),
+    ``schema_version``, ``session`` (start_ns, end_ns), ``journal_wal``."""
+
+    tables: Dict[str, List[str]] = field(default_factory=dict)
+    rows: Dict[str, int] = field(default_factory=dict)
+    schema_version: Optional[str] = None
+    session: tuple = (None, None)
+    journal_wal: bool = False
+
+    def has(self, table: str, column: Optional[str] = None) -> bool:
+        """Whether the table (and column) exists."""
+        cols = self.tables.get(table)
+        return cols is not None and (column is None or column in cols)
+
+    @property
+    def block_column(self) -> Optional[str]:
+        """The block-size column name of COMPUTE_TASK_INFO in this CANN version, if any."""
+        return next((c for c in BLOCK_COLUMNS if self.has("COMPUTE_TASK_INFO", c)), None)
+
+    @property
+    def schema_variant(self) -> str:
+        """Short label of the schema variant, e.g. ``blockDim+insight`` or ``blockNum+opState``."""
+        parts = [self.block_column or "noblock"]
+        if self.has("COMPUTE_TASK_INFO", "opState"):
+            parts.append("opState")
+        if INSIGHT_TABLES & set(self.tables) or self.has("TASK", "depth"):
+            parts.append("insight")
+        if self.has("PYTORCH_CALLCHAINS"):
+            parts.append("stack")
+        return "+".join(parts)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_header(path: Path) -> bool:
+    """Validate the SQLite header; return True when the DB is in WAL journal mode.
+
+    Raises:
+        TilakeError: not a SQLite file, or shorter than its header says (truncated copy).
+    """
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError as exc:
+        raise TilakeError(f"cannot read file ({exc.strerror})", path=path) from exc
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        raise TilakeError("not a SQLite database (wrong header); expected an "
+                          "ascend_pytorch_profiler_*.db written by torch_npu", path=path)
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    valid_for = int.from_bytes(head[92:96], "big")
+    change = int.from_bytes(head[24:28], "big")
+    if pages and valid_for == change and size < pages * page_size:
+        raise TilakeError(f"truncated SQLite database: {size} bytes on disk, header says "
+                          f"{pages * page_size}; copy the file again from the host", path=path)
+    if size % page_size:
+        raise TilakeError(f"truncated SQLite database: size {size} is not a multiple of the "
+                          f"page size {page_size}", path=path)
+    return head[18] == 2 or head[19] == 2
+
+
+@contextmanager
+def readable_copy(path: Path, wal: bool) -> Iterator[Path]:
+    """Yield a path that may be opened without creating files beside the input.
+
+    Non-WAL DBs are opened in place (read-only opens create nothing); WAL DBs are copied with any
+    ``-wal`` sidecar into a private temp folder, removed afterwards.
+    """
+    if not wal:
+        yield path
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="tilake-db-"))
+    try:
+        dst = tmp / path.name
+        shutil.copyfile(path, dst)
+        side = Path(str(path) + "-wal")
+        if side.exists():
+            shutil.copyfile(side, Path(str(dst) + "-wal"))
+        yield dst
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def probe(path: Path) -> DbProbe:
+    """List tables, columns and row counts with sqlite3 in immutable mode (creates no files).
+
+    Raises:
+        TilakeError: the file is not a readable SQLite database.
+    """
+    p = DbProbe()
+    uri = "file:" + str(path.resolve()) + "?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri.replace("?", "?", 1), uri=True)
+        try:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            for n in names:
+                p.tables[n] = [r[1] for r in con.execute(f'PRAGMA table_info("{n}")')]
+                p.rows[n] = con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]
+            if "META_DATA" in p.tables:
+                r = con.execute("SELECT value FROM META_DATA WHERE name='SCHEMA_VERSION'").fetchone()
+                p.schema_version = r[0] if r else None
+            if p.has("SESSION_TIME_INFO", "startTimeNs") and p.has("SESSION_TIME_INFO", "endTimeNs"):
+                r = con.execute("SELECT startTimeNs, endTimeNs FROM SESSION_TIME_INFO LIMIT 1").fetchone()
+                p.session = tuple(r) if r else (None, None)
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise TilakeError(f"unreadable SQLite database ({exc})", path=path) from exc
+    return p
+
+
+def _col(pr: DbProbe, table: str, col: str, alias: str, expr: Optional[str] = None) -> str:
+    return f"{expr or alias + '.' + col}" if pr.has(table, col) else "NULL"
+
+
+def _str(pr: DbProbe, table: str, col: str, alias: str) -> str:
+    """Decoded STRING_IDS value of ``alias.col`` or NULL when the column is absent."""
+    if not pr.has(table, col):
+        return "NULL"
+    return f"(SELECT value FROM sid WHERE sid.id = {alias}.\"{col}\")"
+
+
+@dataclass
+class DbResult:
+    """Counts written for one DB capture."""
+
+    kernels: int = 0
+    host_ops: int = 0
+    call_stacks: int = 0
+    mstx: int = 0
+    probe: Optional[DbProbe] = None
+
+
+def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> DbResult:
+    """Write kernels, host ops, call stacks and MSTX ranges of one attached DB.
+
+    Args:
+        db: a path safe to open (see :func:`readable_copy`). pr: its probe.
+        writer: :class:`tilake.ingest.lake.RunWriter`. partition: ``{"side":…, "rank":…}``.
+    Returns:
+        :class:`DbResult` with the row counts written.
+    Raises:
+        TilakeError: the SQLite scanner cannot read a required table (malformed file).
+    """
+    con = writer.con
+    res = DbResult(probe=pr)
+    con.execute("SET memory_limit='700MB'")
+    con.execute(f"SET temp_directory={sql_str(tempfile.gettempdir())}")
+    con.execute("DETACH DATABASE IF EXISTS s")
+    con.execute(f"ATTACH {sql_str(db)} AS s (TYPE sqlite, READ_ONLY)")
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value FROM s.STRING_IDS"
+                    if pr.has("STRING_IDS") else
+                    "CREATE OR REPLACE TEMP TABLE sid (id BIGINT, value VARCHAR)")
+        _host_ops_table(con, pr)
+        res.kernels = _write_kernels(con, pr, writer, partition, capture_id)
+        res.host_ops = _write_host_ops(con, writer, partition, capture_id)
+        if pr.has("PYTORCH_CALLCHAINS"):
+            stack = ("coalesce((SELECT value FROM sid WHERE sid.id = TRY_CAST(c.stack AS BIGINT)), "
+                     "CAST(c.stack AS VARCHAR))")
+            res.call_stacks = writer.copy_query(
+                "call_stacks",
+                f"SELECT {sql_str(capture_id)} AS capture_id, c.id AS callchain_id, "
+                f"c.stackDepth AS depth, {stack} AS frame FROM s.PYTORCH_CALLCHAINS c",
+                partition)
+        if pr.has("MSTX_EVENTS", "eventType"):
+            res.mstx = writer.copy_query(
+                "mstx_ranges",
+                f"SELECT {sql_str(capture_id)} AS capture_id, {_str(pr, 'MSTX_EVENTS', 'message', 'm')} AS message, "
+                "m.startNs AS start_ns, m.endNs AS end_ns, m.globalTid AS global_tid "
+                "FROM s.MSTX_EVENTS m WHERE m.eventType = 2", partition)
+    except TilakeError:
+        raise
+    except Exception as exc:  # duckdb errors on malformed pages or mismatched types
+        raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=db) from exc
+    finally:
+        con.execute("DETACH DATABASE IF EXISTS s")
+    return res
+
+
+def _host_ops_table(con, pr: DbProbe) -> None:
+    """Temp tables ``hops`` (framework ops, numbered) and ``conn_host`` (task connection → op)."""
+    if not pr.has("PYTORCH_API"):
+        con.execute("CREATE OR REPLACE TEMP TABLE hops (host_op_id BIGINT, name VARCHAR, start_ns BIGINT, "
+                    "end_ns BIGINT, global_tid BIGINT, connection_id BIGINT, sequence_number BIGINT, "
+                    "input_shapes VARCHAR, input_dtypes VARCHAR, callchain_id BIGINT)")
+        con.execute("CREATE OR REPLACE TEMP TABLE conn_host (task_conn BIGINT, host_op_id BIGINT, "
+                    "name VARCHAR, callchain_id BIGINT)")
+        return
+    where = f"WHERE p.type = {API_TYPE_OP}" if pr.has("PYTORCH_API", "type") else ""
+    a = _str(pr, "PYTORCH_API", "inputDtypes", "p")
+    b = _str(pr, "PYTORCH_API", "inputShapes", "p")
+    shape_like = "regexp_matches({x}, '^[\\[\\]0-9,;\"\\s]+$')"
+    # the real files swap the two columns' contents: decide per row by content
+    shapes = f"CASE WHEN {shape_like.format(x='da')} THEN da ELSE sb END"
+    dtypes = f"CASE WHEN {shape_like.format(x='da')} THEN sb ELSE da END"
+    cc = "NULLIF(p.callchainId, 4294967295)" if pr.has("PYTORCH_API", "callchainId") else "NULL"
+    seq = "p.sequenceNumber" if pr.has("PYTORCH_API", "sequenceNumber") else "NULL"
+    conn = "NULLIF(p.connectionId, 4294967295)"
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE hops AS
+        SELECT row_number() OVER (ORDER BY start_ns, global_tid, connection_id, name, end_ns) AS host_op_id, *
+        FROM (
+          SELECT (SELECT value FROM sid WHERE sid.id = p.name) AS name,
+                 TRY_CAST(p.startNs AS BIGINT) AS start_ns, TRY_CAST(p.endNs AS BIGINT) AS end_ns,
+                 p.globalTid AS global_tid, {conn} AS connection_id, {seq} AS sequence_number,
+                 {clean_text(shapes)} AS input_shapes, {clean_text(dtypes)} AS input_dtypes,
+                 {cc} AS callchain_id
+          FROM (SELECT p.*, {a} AS da, {b} AS sb FROM s.PYTORCH_API p {where}) p
+        )""")
+    if pr.has("CONNECTION_IDS"):
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE conn_host AS
+            SELECT ci.connectionId AS task_conn, h.host_op_id, h.name, h.callchain_id
+            FROM s.CONNECTION_IDS ci JOIN hops h ON h.connection_id = ci.id
+            QUALIFY row_number() OVER (PARTITION BY ci.connectionId
+                                       ORDER BY h.start_ns DESC, h.host_op_id DESC) = 1""")
+    else:
+        con.execute("CREATE OR REPLACE TEMP TABLE conn_host (task_conn BIGINT, host_op_id BIGINT, "
+                    "name VARCHAR, callchain_id BIGINT)")
+
+
+def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -> int:
+    n = 0
+    cid = sql_str(capture_id)
+    cann = ("(SELECT value FROM sid WHERE sid.id = ca.name)" if pr.has("CANN_API") else "NULL")
+    cann_join = "LEFT JOIN s.CANN_API ca ON ca.connectionId = t.connectionId" if pr.has("CANN_API") else ""
+    if pr.has("COMPUTE_TASK_INFO") and pr.has("TASK"):
+        raw_op = _str(pr, "COMPUTE_TASK_INFO", "opType", "c")
+        name = _str(pr, "COMPUTE_TASK_INFO", "name", "c")
+        blk = f'c."{pr.block_column}"' if pr.block_column else "NULL"
+        sql = f"""
+            SELECT {cid} AS capture_id, 'db' AS source_kind, t.globalTaskId AS global_task_id,
+                   t.deviceId AS device_id, t.streamId AS stream_id, t.taskId AS task_id,
+                   t.startNs AS start_ns, t.endNs AS end_ns, t.endNs - t.startNs AS dur_ns,
+                   k.kernel_name, {op_type_or_derived('k.raw_op', 'k.kernel_name')} AS op_type,
+                   {is_derived('k.raw_op')} AS op_type_derived,
+                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'taskType', 'c'))} AS accelerator,
+                   (SELECT value FROM sid WHERE sid.id = t.taskType) AS device_task_type,
+                   {blk} AS block_dim,
+                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'inputShapes', 'c'))} AS input_shapes,
+                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'inputDataTypes', 'c'))} AS input_dtypes,
+                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'inputFormats', 'c'))} AS input_formats,
+                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'outputShapes', 'c'))} AS output_shapes,
+                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'outputDataTypes', 'c'))} AS output_dtypes,
+                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'outputFormats', 'c'))} AS output_formats,
+                   NULLIF(t.connectionId, {INVALID}) AS connection_id, {cann} AS cann_api_name,
+                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
+            FROM s.COMPUTE_TASK_INFO c
+            JOIN s.TASK t ON t.globalTaskId = c.globalTaskId
+            CROSS JOIN LATERAL (SELECT {name} AS kernel_name, {raw_op} AS raw_op) k
+            {cann_join}
+            LEFT JOIN conn_host h ON h.task_conn = t.connectionId"""
+        n += writer.copy_query("kernels", sql, partition)
+    if pr.has("COMMUNICATION_OP"):
+        op_name = _str(pr, "COMMUNICATION_OP", "opName", "o")
+        op_type = _str(pr, "COMMUNICATION_OP", "opType", "o")
+        dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"
+        cann_join_o = cann_join.replace("t.connectionId", "o.connectionId")
+        sql = f"""
+            SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,
+                   NULL AS stream_id, NULL AS task_id, o.startNs AS start_ns, o.endNs AS end_ns,
+                   o.endNs - o.startNs AS dur_ns, {op_name} AS kernel_name,
+                   {op_type_or_derived(op_type, op_name)} AS op_type, {is_derived(op_type)} AS op_type_derived,
+                   'COMMUNICATION' AS accelerator, 'HCCL' AS device_task_type, NULL AS block_dim,
+                   NULL AS input_shapes, NULL AS input_dtypes, NULL AS input_formats,
+                   NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
+                   NULLIF(o.connectionId, {INVALID}) AS connection_id, {cann} AS cann_api_name,
+                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
+            FROM s.COMMUNICATION_OP o {cann_join_o}
+            LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
+        n += writer.copy_query("kernels", sql, partition)
+    return n
+
+
+def _write_host_ops(con, writer, partition: Dict, capture_id: str) -> int:
+    # kernels per host op, from the Parquet just staged (cheap: one column)
+    staged = [str(p) for p in (writer.staging / "kernels").rglob("*.parquet")]
+    mine = f"capture_id = {sql_str(capture_id)}"
+    if staged:
+        files = "[" + ", ".join(sql_str(s) for s in staged) + "]"
+        counts = (f"SELECT host_op_id, count(*) AS n FROM read_parquet({files}) "
+                  f"WHERE {mine} AND host_op_id IS NOT NULL GROUP BY host_op_id")
+    else:
+        counts = "SELECT NULL::BIGINT AS host_op_id, 0 AS n WHERE false"
+    return writer.copy_query(
+        "host_ops",
+        f"""SELECT {sql_str(capture_id)} AS capture_id, 'db' AS source_kind, h.host_op_id, h.name,
+                   h.start_ns, h.end_ns, h.global_tid, h.connection_id, h.sequence_number,
+                   h.input_shapes, h.input_dtypes, h.callchain_id,
+                   coalesce(k.n, 0) AS kernel_count, 1 AS call_count
+            FROM hops h LEFT JOIN ({counts}) k USING (host_op_id)""",
+        partition)
+
+
+def profiler_level_from_db(con_path: Path) -> Optional[str]:
+    """``Level0`` when every op type is ``N/A`` (level-0 capture), else None (unknown)."""
+    uri = "file:" + str(con_path.resolve()) + "?mode=ro&immutable=1"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        r = con.execute("SELECT count(*), sum(CASE WHEN s.value = 'N/A' THEN 1 ELSE 0 END) "
+                        "FROM (SELECT opType FROM COMPUTE_TASK_INFO LIMIT 1000) c "
+                        "LEFT JOIN STRING_IDS s ON s.id = c.opType").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        con.close()
+    if r and r[0] and r[0] == r[1]:
+        return "Level0"
+    return None
+
+
+def table_rows_json(pr: DbProbe) -> str:
+    """Row counts per table as compact JSON (capture-health evidence)."""
+    return json.dumps(dict(sorted(pr.rows.items())), separators=(",", ":"))
+
+
+def file_size(path: Path) -> int:
+    """Size in bytes."""
+    return os.path.getsize(path)
