@@ -563,6 +563,7 @@ class Command:
     conditional: bool      # inside if/for/while/case/subshell
     in_function: bool
     arrays: List[Token] = field(default_factory=list)
+    function: str = ""     # name of the enclosing function definition
 
 
 _OPENERS = {"if": "fi", "for": "done", "while": "done", "until": "done", "case": "esac", "select": "done"}
@@ -577,6 +578,7 @@ def _split_commands(tokens: List[Token], text: str) -> List[Command]:
     fn_depth = 0
     brace_stack: List[bool] = []   # True when the brace opened a function body
     pending_fn = False
+    fn_name = ""
     words: List[Token] = []
     redirs: List[Token] = []
     arrays: List[Token] = []
@@ -586,7 +588,8 @@ def _split_commands(tokens: List[Token], text: str) -> List[Command]:
         if words or arrays:
             first = (words or arrays)[0]
             cmds.append(Command(words, redirs, text.count("\n", 0, first.start) + 1,
-                                depth > 0 or sub_depth > 0, fn_depth > 0, arrays))
+                                depth > 0 or sub_depth > 0, fn_depth > 0, arrays,
+                                fn_name if fn_depth > 0 else ""))
         words, redirs, arrays = [], [], []
 
     k = 0
@@ -596,6 +599,8 @@ def _split_commands(tokens: List[Token], text: str) -> List[Command]:
             flush()
         elif t.kind == "op" and t.raw == "(":
             if words and len(words) == 1 and k + 1 < len(tokens) and tokens[k + 1].raw == ")":
+                if fn_depth == 0:
+                    fn_name = words[0].raw
                 words = []          # name() { ... }  — function definition
                 pending_fn = True
                 k += 2
@@ -614,7 +619,11 @@ def _split_commands(tokens: List[Token], text: str) -> List[Command]:
                 w = t.raw
                 if w == "function":
                     pending_fn = True
+                    if fn_depth == 0 and k + 1 < len(tokens):
+                        fn_name = tokens[k + 1].raw.rstrip("()")
                     k += 2 if k + 1 < len(tokens) else 1
+                    if k < len(tokens) and tokens[k].raw == "(":
+                        k += 2
                     continue
                 if w == "{":
                     brace_stack.append(pending_fn)
@@ -758,8 +767,21 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
     shell = Shell(env, args, str(p))
     warnings: List[str] = []
     launches: List[Tuple[Command, int]] = []
+    fn_assigns: Dict[str, set] = {}
 
     for cmd in cmds:
+        if cmd.in_function:
+            names = fn_assigns.setdefault(cmd.function, set())
+            names.update(a.name for a in cmd.arrays)
+            names.update(m.group(1) for m in (_ASSIGN_PREFIX_RE.match(w.raw) for w in cmd.words) if m)
+            idx = _find_launch(cmd, shell) if cmd.words else None
+            if idx is not None:
+                launches.append((cmd, idx))
+            continue
+        if cmd.words and cmd.words[0].raw in fn_assigns:
+            for name in fn_assigns[cmd.words[0].raw]:
+                shell.vars[name] = Unknown(f"{name} may be set by function {cmd.words[0].raw} "
+                                           f"(called on line {cmd.line})")
         uncertain = cmd.conditional or cmd.in_function
         where = "a function body" if cmd.in_function else "a conditional block"
         words = [w.raw for w in cmd.words]
