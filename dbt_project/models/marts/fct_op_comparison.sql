@@ -68,9 +68,14 @@ select
     n.train_code_path,
     n.train_code_function,
     n.infer_code_path,
-    n.infer_code_function
+    n.infer_code_function,
+    coalesce(rm.priority, rd.priority) as priority,
+    coalesce(rm.action_zh, rd.action_zh) as action_zh,
+    coalesce(rm.action_en, rd.action_en) as action_en
 from graded g
 left join {{ ref('grading_rules') }} r on r.rule_id = g.final_rule
 left join {{ ref('grades') }} gr on gr.grade = coalesce(r.grade, 'evidence_missing')
 left join {{ ref('modules') }} m on m.module = g.module
 left join notes n on n.run_id = g.run_id and n.module = g.module
+left join {{ ref('recommendations') }} rm on rm.module = g.module and rm.grade = coalesce(r.grade, 'evidence_missing')
+left join {{ ref('recommendations') }} rd on rd.module = '*' and rd.grade = coalesce(r.grade, 'evidence_missing')

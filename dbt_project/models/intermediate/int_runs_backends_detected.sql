@@ -1,0 +1,28 @@
+-- grain: run. Backend of each side: the run metadata when known, else detected from runtime
+-- call-stack frames (megatron/, fsdp, vllm/) or from inference-only kernels (vLLM-Ascend's
+-- ReshapeAndCache / _triton_rope / FusedInferAttentionScore), else the side name.
+with frames as (
+    select run_id, side,
+           bool_or(frame ilike '%megatron%') as megatron,
+           bool_or(frame ilike '%fsdp%') as fsdp,
+           bool_or(frame ilike '%vllm%') as vllm,
+           bool_or(frame ilike '%sglang%') as sglang
+    from {{ ref('stg_lake__call_stacks') }}
+    group by run_id, side
+),
+kern as (
+    select run_id,
+           bool_or(side = 'infer' and (op_type in ('FusedInferAttentionScore') or kernel_name like 'ReshapeAndCache%'
+                   or kernel_name like '_triton_rope%')) as vllm_kernels
+    from {{ ref('stg_lake__kernels') }}
+    group by run_id
+)
+select r.run_id,
+       case when r.train_backend is not null and r.train_backend <> 'unknown' then r.train_backend
+            when ft.megatron then 'megatron' when ft.fsdp then 'fsdp' else 'train' end as train_backend_detected,
+       case when r.infer_backend is not null and r.infer_backend <> 'unknown' then r.infer_backend
+            when fi.vllm or k.vllm_kernels then 'vllm' when fi.sglang then 'sglang' else 'infer' end as infer_backend_detected
+from {{ ref('stg_lake__runs') }} r
+left join frames ft on ft.run_id = r.run_id and ft.side = 'train'
+left join frames fi on fi.run_id = r.run_id and fi.side = 'infer'
+left join kern k on k.run_id = r.run_id

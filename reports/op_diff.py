@@ -1,0 +1,250 @@
+"""Operator diff report: run the named queries (``reports/queries/op_diff_*.sql``) on the marts and
+render ``train_infer_op_diff_report.md``, ``operator_diff_table.csv`` (UTF-8 with BOM),
+``<backend>_runtime_ops.json`` per side and ``op_diff_overview.png``.
+
+Reports only read marts (read-only DuckDB connection); thresholds and joins live in dbt.
+Section layout, CSV header and grade markup follow the seed (``spec/operator-diff-scanner.txt``
+stage 5).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from ..ingest.duck import connect
+from ..ingest.errors import TilakeError
+
+HERE = Path(__file__).resolve().parent
+QUERIES = HERE / "queries"
+TEMPLATES = HERE / "templates"
+
+CSV_HEADER = ["操作", "训练算子", "推理算子", "训练调用次数", "推理调用次数", "差异类型", "差异等级",
+              "训练代码路径", "推理代码路径"]
+GRADE_SPAN = {"red": ("red", "🔴", "高差异", "high"), "orange": ("orange", "🟠", "中差异", "medium"),
+              "yellow": ("gold", "🟡", "低差异", "low"), "green": ("green", "🟢", "无差异", "none"),
+              "evidence_missing": ("gray", "⚪", "证据缺失", "evidence missing")}
+
+
+def run_query(con, name: str, run_id: str) -> List[Dict[str, Any]]:
+    """Run ``reports/queries/<name>.sql`` with ``$run_id`` bound; rows as dicts."""
+    sql = (QUERIES / f"{name}.sql").read_text(encoding="utf-8")
+    cur = con.execute(sql, {"run_id": run_id})
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
+    """Every fact the report shows, read from the marts of ``warehouse`` (read-only).
+
+    Raises:
+        TilakeError: no warehouse (run ``tilake build``) or the run is not in it.
+    """
+    if not Path(warehouse).exists():
+        raise TilakeError("no warehouse.duckdb: run `tilake build` first", path=warehouse)
+    con = connect(warehouse, read_only=True)
+    try:
+        facts = {name: run_query(con, f"op_diff_{name}", run_id)
+                 for name in ("run", "captures", "side_ops", "comparison", "call_stacks", "kernel_names",
+                              "uncategorized", "fused_matches")}
+    except Exception as exc:
+        raise TilakeError(f"cannot read the marts ({str(exc).splitlines()[0]}); run `tilake build`",
+                          path=warehouse) from exc
+    finally:
+        con.close()
+    if not facts["run"]:
+        raise TilakeError(f"run {run_id!r} is not in the warehouse (ingest it, then `tilake build`)",
+                          path=warehouse)
+    facts["run"] = facts["run"][0]
+    return facts
+
+
+def grade_span(grade: str, lang: str = "zh") -> str:
+    """``<span style="color:red">🔴 高差异</span>`` (seed stage 5 markup) for a grade."""
+    color, emoji, zh, en = GRADE_SPAN.get(grade, GRADE_SPAN["evidence_missing"])
+    return f'<span style="color:{color}">{emoji} {zh if lang == "zh" else en}</span>'
+
+
+def ops_text(ops: Optional[List[str]], calls: Optional[List[int]], with_counts: bool) -> str:
+    """``Add(6484)+RmsNorm(2712)`` for several ops, ``FlashAttentionScore`` for one, '' for none."""
+    if not ops:
+        return ""
+    if len(ops) == 1 and not with_counts:
+        return ops[0]
+    return "+".join(f"{o}({c})" for o, c in zip(ops, calls or []))
+
+
+def calls_text(calls: Optional[List[int]]) -> str:
+    """``6484+2712`` or ``672``; '0' when the side has none."""
+    return "+".join(str(c) for c in calls) if calls else "0"
+
+
+def csv_rows(facts: Dict[str, Any]) -> List[List[str]]:
+    """The comparison table as CSV rows (header excluded), one per comparison row."""
+    rows = []
+    for r in facts["comparison"]:
+        multi_t = len(r["train_ops"] or []) > 1
+        multi_i = len(r["infer_ops"] or []) > 1
+        rows.append([
+            r["module_label_zh"] or r["module"],
+            ops_text(r["train_ops"], r["train_op_calls"], multi_t) or "无",
+            ops_text(r["infer_ops"], r["infer_op_calls"], multi_i) or "无",
+            calls_text(r["train_op_calls"]), calls_text(r["infer_op_calls"]),
+            r["diff_type_zh"], GRADE_SPAN.get(r["grade"], GRADE_SPAN["evidence_missing"])[1],
+            r["train_code_path"] or "", r["infer_code_path"] or ""])
+    return rows
+
+
+def write_csv(facts: Dict[str, Any], path: Path) -> Path:
+    """``operator_diff_table.csv``: UTF-8 with BOM, the seed's exact header."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_HEADER)
+    w.writerows(csv_rows(facts))
+    _atomic_write(path, b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
+    return path
+
+
+def runtime_ops(facts: Dict[str, Any], side: str) -> Dict[str, Any]:
+    """Every kernel name and op type of one side with its count (``COMPUTE_TASK_INFO ⋈ STRING_IDS``)."""
+    run = facts["run"]
+    names = [k for k in facts["kernel_names"] if k["side"] == side]
+    ops = [o for o in facts["side_ops"] if o["side"] == side]
+    return {
+        "run_id": run["run_id"], "side": side,
+        "backend": run[f"{side}_backend_detected"],
+        "evidence": run[f"{side}_evidence"],
+        "source": "COMPUTE_TASK_INFO ⋈ TASK ⋈ STRING_IDS (+ COMMUNICATION_OP); text rows where the capture had none",
+        "total_kernel_calls": int(sum(k["calls"] for k in names)),
+        "kernels": [{"kernel_name": k["kernel_name"], "op_type": k["op_type"], "count": int(k["calls"]),
+                     "category": k["category"]} for k in names],
+        "op_types": [{"op_type": o["op_type"], "count": int(o["calls"]), "category": o["category"],
+                      "module": o["module"], "total_dur_us": round(o["total_dur_ns"] / 1000.0, 3)} for o in ops],
+    }
+
+
+KEY_TABLES = ("TASK", "COMPUTE_TASK_INFO", "COMMUNICATION_OP", "STRING_IDS", "PYTORCH_API", "CANN_API",
+              "CONNECTION_IDS", "PYTORCH_CALLCHAINS", "MSTX_EVENTS")
+
+
+def key_rows(table_rows_json: Optional[str]) -> str:
+    """``TASK=552, COMPUTE_TASK_INFO=187, …`` for the tables the diff reads (absent ones say 0)."""
+    try:
+        rows = json.loads(table_rows_json or "{}")
+    except ValueError:
+        return ""
+    if not rows:
+        return ""
+    return ", ".join(f"{t}={rows.get(t, 0)}" for t in KEY_TABLES)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def overview_png(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Optional[Path]:
+    """Bar chart of kernel calls per comparison row, train vs infer, bars coloured by grade."""
+    rows = facts["comparison"]
+    if not rows:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"red": "#d62728", "orange": "#ff7f0e", "yellow": "#d4b000", "green": "#2ca02c",
+              "evidence_missing": "#999999"}
+    labels = [r["module_label_en"] or r["module"] for r in rows]  # latin labels: no CJK font needed
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.5))
+    y = list(range(len(rows)))
+    t = [max(r["train_calls"], 0) for r in rows]
+    i = [max(r["infer_calls"], 0) for r in rows]
+    c = [colors.get(r["grade"], "#999999") for r in rows]
+    ax.barh([v - 0.2 for v in y], t, height=0.38, color=c, alpha=0.95, label="train")
+    ax.barh([v + 0.2 for v in y], i, height=0.38, color=c, alpha=0.45, hatch="//", label="infer")
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels)
+    ax.invert_yaxis()
+    ax.set_xscale("symlog")
+    ax.set_xlabel("kernel calls (solid: train, hatched: infer; colour = grade)")
+    ax.set_title(f"Train vs infer kernels per module — run {facts['run']['run_id']}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    _atomic_write(path, buf.getvalue())
+    return path
+
+
+def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str] = None,
+                    generated_at: Optional[str] = None) -> str:
+    """Render the seven-section report (Chinese by default, ``lang='en'`` for English)."""
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
+                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.globals.update(grade_span=lambda g: grade_span(g, lang), ops_text=ops_text, calls_text=calls_text)
+    env.filters["key_rows"] = key_rows
+    by_side = {"train": [o for o in facts["side_ops"] if o["side"] == "train"],
+               "infer": [o for o in facts["side_ops"] if o["side"] == "infer"]}
+    stacks = {(s["side"], s["op_type"]): s for s in facts["call_stacks"]}
+    counts = {}
+    for r in facts["comparison"]:
+        counts[r["grade"]] = counts.get(r["grade"], 0) + 1
+    rl = facts["run"]
+    cfg = {}
+    try:
+        cfg = json.loads(rl.get("rl_config") or "{}")
+    except ValueError:
+        cfg = {}
+    try:
+        parallel = json.loads(rl.get("parallel_config") or "null")
+    except ValueError:
+        parallel = None
+    return env.get_template("op_diff_report.md.j2").render(
+        lang=lang, f=facts, run=rl, by_side=by_side, stacks=stacks, counts=counts, chart=chart,
+        parallel=parallel, cfg={k: v for k, v in cfg.items() if not k.startswith("_")},
+        stage3=cfg.get("stage3"),
+        generated_at=generated_at or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
+
+
+def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") -> Dict[str, Any]:
+    """Write every operator-diff output of ``run_id`` into ``out_dir``.
+
+    Returns:
+        ``{"report": Path, "csv": Path, "runtime_ops": [Path, Path], "chart": Path|None,
+        "grade_counts": {grade: rows}, "evidence": {side: evidence}}``.
+    Raises:
+        TilakeError: see :func:`load_facts`; ``lang`` not zh/en.
+    """
+    if lang not in ("zh", "en"):
+        raise TilakeError(f"--lang must be zh or en, not {lang!r}")
+    facts = load_facts(warehouse, run_id)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    chart = overview_png(facts, out_dir / "op_diff_overview.png", lang)
+    md = render_markdown(facts, lang, chart.name if chart else None)
+    report = out_dir / "train_infer_op_diff_report.md"
+    _atomic_write(report, md.encode("utf-8"))
+    csv_path = write_csv(facts, out_dir / "operator_diff_table.csv")
+    jsons = []
+    for side in ("train", "infer"):
+        data = runtime_ops(facts, side)
+        p = out_dir / f"{data['backend']}_runtime_ops.json"
+        if p in jsons:
+            p = out_dir / f"{side}_{data['backend']}_runtime_ops.json"
+        _atomic_write(p, (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
+        jsons.append(p)
+    counts: Dict[str, int] = {}
+    for r in facts["comparison"]:
+        counts[r["grade"]] = counts.get(r["grade"], 0) + 1
+    return {"report": report, "csv": csv_path, "runtime_ops": jsons, "chart": chart,
+            "grade_counts": counts, "facts": facts,
+            "evidence": {"train": facts["run"]["train_evidence"], "infer": facts["run"]["infer_evidence"]}}
