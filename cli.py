@@ -37,6 +37,169 @@ def main() -> None:
 
 # --- profiler: ingest / build / report / example (foundation) -------------------------------
 
+def _lake(lake_path):
+    from .ingest.lake import Lake
+    return Lake(lake_path)
+
+
+def _tags(values):
+    tags = {}
+    for v in values:
+        if "=" not in v:
+            raise TilakeError(f"--tag expects key=value, got {v!r}")
+        k, val = v.split("=", 1)
+        tags[k.strip()] = val.strip()
+    return tags
+
+
+def _meta(model_id, model_family, tags, **extra):
+    meta = {k: v for k, v in extra.items() if v is not None}
+    if model_id:
+        meta["model_id"] = model_id
+    if model_family:
+        meta["model_family"] = model_family
+    if tags:
+        meta["tags"] = _tags(tags)
+    return meta
+
+
+def _print_summary(res, console=None) -> None:
+    """One screen: rows per grade, evidence per side, where the outputs are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    grades = [("red", "🔴 高差异 / high"), ("orange", "🟠 中差异 / medium"), ("yellow", "🟡 低差异 / low"),
+              ("green", "🟢 无差异 / none"), ("evidence_missing", "⚪ evidence_missing")]
+    table = Table(title=f"run {res.run_id}: comparison rows per grade")
+    table.add_column("grade")
+    table.add_column("rows", justify="right")
+    for key, label in grades:
+        if key == "evidence_missing" and not res.grade_counts.get(key):
+            continue
+        table.add_row(label, str(res.grade_counts.get(key, 0)))
+    console.print(table)
+    for side in ("train", "infer"):
+        console.print(f"{side}: evidence = {res.evidence.get(side)}")
+    for w in res.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    console.print(f"report: {res.report_path}")
+    console.print(f"csv:    {res.csv_path}")
+    for p in res.runtime_ops:
+        console.print(f"ops:    {p}")
+
+
+PROFILE_OPTIONS = [
+    click.option("--run-id", help="Run id (default: derived from the folder name and path)."),
+    click.option("--train", "train", multiple=True, type=click.Path(path_type=Path),
+                 help="Training capture: DB file, *_ascend_pt or folder (repeatable)."),
+    click.option("--infer", "infer", multiple=True, type=click.Path(path_type=Path),
+                 help="Inference capture: DB file, *_ascend_pt or folder (repeatable)."),
+    click.option("--model-id", help="e.g. Qwen/Qwen3-0.6B (default: unknown)."),
+    click.option("--model-family", help="e.g. qwen3 (default: unknown)."),
+    click.option("--tag", "tags", multiple=True, help="key=value label stored with the run (repeatable)."),
+    click.option("--allow-missing", is_flag=True,
+                 help="Record sides without device evidence as evidence_missing instead of failing."),
+]
+
+
+def _profile_options(f):
+    for opt in reversed(PROFILE_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def _run_id(run_id, source, train, infer):
+    from .pipeline import default_run_id
+    return run_id or default_run_id(source or (list(train) + list(infer))[0])
+
+
+@main.command()
+@click.argument("profiler_output", required=False, type=click.Path(path_type=Path))
+@_profile_options
+@LAKE_OPTION
+def ingest(profiler_output, run_id, train, infer, model_id, model_family, tags, allow_missing, lake_path):
+    """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
+    from .ingest.profiler import ingest_profile
+    from .pipeline import collect_captures
+
+    caps = collect_captures(profiler_output, train, infer)
+    rid = _run_id(run_id, profiler_output, train, infer)
+    meta = _meta(model_id, model_family, tags,
+                 source_path=str(profiler_output.resolve()) if profiler_output else None)
+    res = ingest_profile(_lake(lake_path), rid, caps, meta, allow_missing=allow_missing)
+    for c in res.captures:
+        click.echo(f"{c.capture.side} rank {c.capture.rank}: {c.status} kernels={c.kernels} "
+                   f"host_ops={c.host_ops} {c.capture.path}" + (f" — {c.reason}" if c.reason else ""))
+    click.echo(f"run {rid}: {res.kernels} kernels; evidence train={res.side_evidence.get('train')} "
+               f"infer={res.side_evidence.get('infer')}")
+
+
+@main.command()
+@click.option("--select", "select", multiple=True, help="dbt --select (repeatable).")
+@click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
+@LAKE_OPTION
+def build(select, full_refresh, lake_path):
+    """Run dbt build on the lake (seeds, models, tests) in-process."""
+    from .build import dbt_build
+
+    res = dbt_build(_lake(lake_path), select=list(select) or None, full_refresh=full_refresh)
+    for n in res.warnings:
+        click.echo(f"warn: {n[0]}: {n[3]}")
+    for n in res.failures:
+        click.echo(f"FAIL: {n[0]}: {n[3]}", err=True)
+    click.echo(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
+    if not res.success:
+        raise TilakeError("dbt build failed")
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Folder for the report, CSV and JSON.")
+@click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
+@LAKE_OPTION
+def report(run_id, out_dir, lang, lake_path):
+    """Write the operator diff report of RUN_ID from the marts."""
+    from .reports.op_diff import write_report
+
+    out = write_report(_lake(lake_path).warehouse, run_id, out_dir, lang)
+    click.echo(f"report: {out['report']}\ncsv: {out['csv']}")
+    for p in out["runtime_ops"]:
+        click.echo(f"ops: {p}")
+
+
+@main.command("run")
+@click.argument("profiler_output", required=False, type=click.Path(path_type=Path))
+@_profile_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the outputs (default: the profiler_output folder's parent).")
+@click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
+@LAKE_OPTION
+def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, tags, allow_missing, out_dir, lang,
+            lake_path):
+    """Ingest, build and report in one go (stages 4–5 of the seed)."""
+    from .pipeline import run_profile
+
+    rid = _run_id(run_id, profiler_output, train, infer)
+    out_dir = out_dir or (profiler_output.resolve().parent if profiler_output else Path("."))
+    meta = _meta(model_id, model_family, tags, collection_method="recorded profiler output")
+    res = run_profile(profiler_output, _lake(lake_path), rid, out_dir, meta, lang, train, infer, allow_missing)
+    _print_summary(res)
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("tilake-example"), show_default=True, help="Where the example capture and report go.")
+@click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
+@LAKE_OPTION
+def example(out_dir, lang, lake_path):
+    """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it."""
+    from .example import run_example
+
+    res = run_example(out_dir, lake_path, lang)
+    _print_summary(res)
+
 # --- dumps (dump analysis) -------------------------------------------------------------------
 
 # --- scan (RL launch script → report) --------------------------------------------------------
