@@ -315,7 +315,7 @@ def materialise(view: SideView, res: Resolved, dims: Dict[str, int], context: Op
     else:
         t = ts[0]
     for tr in res.transforms:
-        t = apply_transform(t, tr, dims, view, context or {}, notes, other)
+        t = apply_transform(t, tr, dims, view, context if context is not None else {}, notes, other)
     return t, notes
 
 

@@ -63,10 +63,11 @@ def ulp_of(x: float, dtype: torch.dtype) -> float:
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach()
-    if t.dim() == 0:
-        t = t.reshape(1)
-    return t.contiguous().reshape(-1)
+    t = t.detach().reshape(-1)
+    if t.numel() and t.stride(0) != 1:
+        # a 1-element view can keep an odd stride through clone()/contiguous(): copy explicitly
+        t = torch.empty(t.shape, dtype=t.dtype).copy_(t)
+    return t
 
 
 def ordered_bits(x: torch.Tensor) -> torch.Tensor:
@@ -112,8 +113,7 @@ def tensor_stats(t: torch.Tensor) -> Dict[str, Any]:
         c = flat[start:start + CHUNK]
         if c.numel() == 0:
             break
-        h.update(c.view(torch.uint8).numpy().tobytes() if c.dtype != torch.bool
-                 else c.to(torch.uint8).numpy().tobytes())
+        h.update((c.view(torch.uint8) if c.dtype != torch.bool else c.to(torch.uint8)).numpy())
         if c.is_complex():
             d = c.abs().to(torch.float64)
         else:
