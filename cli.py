@@ -269,6 +269,31 @@ def dumps_maps() -> None:
 
 # --- scan (RL launch script → report) --------------------------------------------------------
 
+@main.command("scan")
+@click.argument("script", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--from-output", "from_output", type=click.Path(path_type=Path), default=None,
+              help="Run stages 4-5 on a recorded verl profiler_output/ folder (no NPU needed); "
+                   "SCRIPT, if given, supplies the model id and parsed config.")
+@LAKE_OPTION
+@click.option("--run-id", default=None, help="Run id (default: derived from the script path and model id).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Folder for the report, CSV and runtime-ops JSON.")
+@click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
+@click.option("--dry-run", is_flag=True, help="Stages 1-2 only: show the parsed config, checks and planned diff; write nothing.")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Kill the RL run after this many seconds.")
+def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s):
+    """Run an RL launch script with the NPU profiler and report train-vs-infer operator differences.
+
+    Stages: parse + environment check + backup, add the profiler block, run the whole script,
+    analyse() the raw inference capture (with fallbacks), then ingest -> dbt build -> report.
+    Arguments after `--` are passed to the script ($@).
+    """
+    from .ingest.scan import cli_scan
+
+    sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args))
+
+
 # --- runs / sql / trend (across runs) --------------------------------------------------------
 
 
