@@ -61,7 +61,8 @@ def write_profiler_db(path: Union[str, Path], population: Population, *, rank: i
                       block_columns: str = "blockDim", wal: bool = False, session_end: str = "ok",
                       with_stack: bool = True, with_mstx: Optional[bool] = None, device_tables: str = "full",
                       seed: int = 0, start_ns: Optional[int] = None, host_name: str = "localhost",
-                      world_size: int = 1, timeline: Optional[Timeline] = None) -> dict:
+                      world_size: int = 1, pid: Optional[int] = None,
+                      timeline: Optional[Timeline] = None) -> dict:
     """Write one profiler DB for ``population`` and return what is in it.
 
     Args:
@@ -82,6 +83,7 @@ def write_profiler_db(path: Union[str, Path], population: Population, *, rank: i
         start_ns: session start (ns); default fixed, never the wall clock.
         host_name: HOST_INFO.hostName.
         world_size: ranks in the data-parallel group (META_DATA parallel_group_info / HCCL srcRank…).
+        pid: process id (``TASK.globalPid``, high half of ``globalTid``); default derived from rank/side.
         timeline: a prebuilt timeline (else built from population/rank/seed/start_ns).
     Returns:
         summary dict: ``path, rank, side, level, schema, block_columns, wal, compute_kernels,
@@ -105,7 +107,7 @@ def write_profiler_db(path: Union[str, Path], population: Population, *, rank: i
         device_id = rank
     if with_mstx is None:
         with_mstx = population.side == "train"
-    tl = timeline or build_timeline(population, rank=rank, seed=seed, start_ns=start_ns)
+    tl = timeline or build_timeline(population, rank=rank, seed=seed, start_ns=start_ns, pid=pid)
     l0 = level == "level0"
     new = schema != "2025-01"
     cann = _Strings(0)

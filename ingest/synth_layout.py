@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import zlib
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Union
 
@@ -37,20 +37,37 @@ _LEVEL_NAME = {"level0": "Level0", "level1": "Level1", "level2": "Level2"}
 _ENCODING_MAGIC = b"TILAKE-SYNTH-1\n"
 
 
+_OP_FIELDS = ("name", "parent", "phase", "module", "layer", "direction", "fw_shapes", "fw_dtypes", "tag")
+_K_FIELDS = tuple(f.name for f in fields(Kernel))
+
+
 def population_to_json(pop: Population) -> dict:
-    """Plain-JSON form of a population (inverse: :func:`population_from_json`)."""
+    """Compact plain-JSON form of a population (inverse: :func:`population_from_json`).
+
+    Stacks are stored once in a ``stacks`` table; ops and kernels as positional lists
+    (``op_fields`` / ``kernel_fields`` name the positions).
+    """
+    stacks: dict = {}
+    ops = []
+    for op in pop.ops:
+        sid = stacks.setdefault(op.stack, len(stacks))
+        ops.append([getattr(op, f) for f in _OP_FIELDS] + [sid, [[getattr(k, f) for f in _K_FIELDS]
+                                                                for k in op.kernels]])
     return {"side": pop.side, "phases": list(pop.phases), "backend": pop.backend, "job": asdict(pop.job),
-            "ops": [asdict(op) for op in pop.ops]}
+            "op_fields": list(_OP_FIELDS), "kernel_fields": list(_K_FIELDS),
+            "stacks": [list(st) for st in stacks], "ops": ops}
 
 
 def population_from_json(data: dict) -> Population:
     """Rebuild a :class:`Population` from :func:`population_to_json` output."""
+    stacks = [tuple(st) for st in data["stacks"]]
+    of, kf = data["op_fields"], data["kernel_fields"]
     ops = []
-    for o in data["ops"]:
-        o = dict(o)
-        o["kernels"] = [Kernel(**k) for k in o["kernels"]]
-        o["stack"] = tuple(o["stack"])
-        ops.append(HostOp(**o))
+    for row in data["ops"]:
+        kw = dict(zip(of, row[:len(of)]))
+        kw["stack"] = stacks[row[len(of)]]
+        kw["kernels"] = [Kernel(**dict(zip(kf, k))) for k in row[len(of) + 1]]
+        ops.append(HostOp(**kw))
     return Population(data["side"], ops, tuple(data["phases"]), JobConfig(**data["job"]), data["backend"])
 
 
@@ -88,14 +105,15 @@ def _dump_json(path: Path, obj) -> None:
 
 def write_raw(pt_dir: Union[str, Path], population: Population, *, rank: int = 0, level: str = "level1",
               export_type: str = "text", msprof_tx: bool = False, with_stack: bool = False, seed: int = 0,
-              start_ns: Optional[int] = None, db_options: Optional[dict] = None, world_size: int = 1) -> dict:
+              start_ns: Optional[int] = None, db_options: Optional[dict] = None, world_size: int = 1,
+              pid: Optional[int] = None, host_name: str = "node-0", timeline=None) -> dict:
     """Write an unparsed ``*_ascend_pt`` folder (what vllm-ascend leaves before ``analyse()``).
 
     Returns:
         ``{"dir", "files": [relative paths]}``.
     """
     pt = Path(pt_dir)
-    tl = build_timeline(population, rank=rank, seed=seed, start_ns=start_ns)
+    tl = timeline or build_timeline(population, rank=rank, seed=seed, start_ns=start_ns, pid=pid)
     pt.mkdir(parents=True, exist_ok=True)
     _dump_json(pt / f"profiler_info_{rank}.json",
                _profiler_info(rank, level, export_type, msprof_tx, with_stack, tl.start_ns, tl.end_ns))
@@ -114,6 +132,7 @@ def write_raw(pt_dir: Union[str, Path], population: Population, *, rank: int = 0
     payload = {"population": population_to_json(population),
                "options": {"rank": rank, "level": level, "seed": seed, "start_ns": tl.start_ns,
                            "with_stack": with_stack, "msprof_tx": msprof_tx, "world_size": world_size,
+                           "pid": tl.pid, "host_name": host_name,
                            "db": db_options or {}}}
     (fw / "torch.op_range").write_bytes(_ENCODING_MAGIC + zlib.compress(
         json.dumps(payload, sort_keys=True).encode("utf-8"), 6))
@@ -126,7 +145,7 @@ def write_raw(pt_dir: Union[str, Path], population: Population, *, rank: int = 0
         _ENCODING_MAGIC + len(tl.cann_rows).to_bytes(8, "little"))
     (device / "data" / "ts_track.data.0.slice_0").write_bytes(
         _ENCODING_MAGIC + len(tl.kernels).to_bytes(8, "little"))
-    _dump_json(prof / "host" / "info.json", {"hostname": "node-0", "rank_id": rank})
+    _dump_json(prof / "host" / "info.json", {"hostname": host_name, "rank_id": rank})
     (device / f"start_info.{rank}").write_text(json.dumps({"collectionTimeBegin": str(tl.start_ns // 1000)}),
                                                encoding="utf-8")
     files = sorted(str(p.relative_to(pt)) for p in pt.rglob("*") if p.is_file())
@@ -158,12 +177,13 @@ def write_analysed(raw_dir: Union[str, Path], form: str = "db") -> dict:
     pop = population_from_json(payload["population"])
     o = payload["options"]
     rank = o["rank"]
-    tl = build_timeline(pop, rank=rank, seed=o["seed"], start_ns=o["start_ns"])
+    tl = build_timeline(pop, rank=rank, seed=o["seed"], start_ns=o["start_ns"], pid=o.get("pid"))
     db = None
     if form == "db":
         db = write_profiler_db(out / f"ascend_pytorch_profiler_{rank}.db", pop, rank=rank, level=o["level"],
                                seed=o["seed"], start_ns=o["start_ns"], with_stack=o["with_stack"],
-                               with_mstx=o["msprof_tx"], world_size=o["world_size"], timeline=tl, **o["db"])
+                               with_mstx=o["msprof_tx"], world_size=o["world_size"], timeline=tl,
+                               host_name=o.get("host_name", "node-0"), **o["db"])
     text = write_text_export(out, pop, rank=rank, level=o["level"], seed=o["seed"], start_ns=o["start_ns"],
                              with_stack=o["with_stack"], timeline=tl, schema=o["db"].get("schema", "2025-01"))
     return {"dir": str(pt), "form": form, "db": db, "text": text}
@@ -225,14 +245,17 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
         rs = t0 + rank * 1_000_000
         pid = 3_217_657 + 97 * rank
         pt = root / "e2e" / pt_dir_name(host_name, pid, rs)
+        tl = build_timeline(tpop, rank=rank, seed=seed, start_ns=rs, pid=pid)
         raw = write_raw(pt, tpop, rank=rank, level=level, export_type="db", msprof_tx=with_mstx,
-                        with_stack=with_stack, seed=seed, start_ns=rs, db_options=db_opts, world_size=train_ranks)
+                        with_stack=with_stack, seed=seed, start_ns=rs, db_options=db_opts, world_size=train_ranks,
+                        pid=pid, host_name=host_name, timeline=tl)
         entry = {"rank": rank, "dir": str(pt), "form": "raw", "db": None, "summary": None}
         if rank not in set(unparsed_train_ranks):
             out = pt / "ASCEND_PROFILER_OUTPUT"
             s = write_profiler_db(out / f"ascend_pytorch_profiler_{rank}.db", tpop, rank=rank, level=level,
                                   seed=seed, start_ns=rs, with_stack=with_stack, with_mstx=with_mstx,
-                                  world_size=train_ranks, host_name=host_name, **db_opts)
+                                  world_size=train_ranks, host_name=host_name, pid=pid, timeline=tl,
+                                  **db_opts)
             entry.update(form="db", db=s["path"], summary=s)
         entry["raw_files"] = raw["files"]
         result["train"].append(entry)
@@ -241,7 +264,8 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
         pid = 3_267_657 + 31 * rep
         pt = root / f"agent_loop_rollout_replica_{rep}" / pt_dir_name(host_name, pid, rs)
         write_raw(pt, ipop, rank=0, level=infer_level, export_type="text", msprof_tx=False,
-                  with_stack=infer_with_stack, seed=seed + rep, start_ns=rs, db_options=db_opts)
+                  with_stack=infer_with_stack, seed=seed + rep, start_ns=rs, db_options=db_opts, pid=pid,
+                  host_name=host_name)
         entry = {"replica": rep, "rank": 0, "dir": str(pt), "form": infer_form, "db": None, "summary": None}
         if infer_form != "raw":
             a = write_analysed(pt, infer_form)
