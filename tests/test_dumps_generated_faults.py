@@ -1,0 +1,138 @@
+"""Generated pairs (tests/dumps_gen.py, msprobe on-disk format) with injected faults, through stub rounds."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dumps_gen as G  # noqa: E402
+
+from tilake.ingest.dumps import analyze as A  # noqa: E402
+from tilake.ingest.dumps import maps as M  # noqa: E402
+from tilake.ingest.dumps import outputs as O  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gen")
+    cfg = G.Cfg()
+    w = G.weights(cfg)
+    G.dump_train(cfg, root / "train", w)
+    return cfg, w, root
+
+
+def run_rounds(cfg, w, root: Path, fault, max_rounds: int = 4):
+    """Round 0, then apply each stub instruction to the inference side (msprobe load) until done."""
+    bmap = M.load_map("qwen3_hf_vllm")
+    G.dump_infer(cfg, root / f"{fault}_r0", fault, w=w)
+    rounds = [A.RoundInput(root / "train", root / f"{fault}_r0")]
+    an = A.analyze_pair(rounds, bmap)
+    while an.stub_instruction.get("needed") and len(rounds) <= max_rounds:
+        instr = an.stub_instruction
+        assert instr["available"] and instr["target_side"] == "infer" and instr["source_side"] == "train"
+        k = instr["round"]
+        pair = A.Pair(rounds[0].train, rounds[0].infer, bmap)
+        src = root / f"{fault}_load{k}"
+        files = A.prepare_stub_source(pair, instr, src)
+        assert all(f.is_file() for f in files)
+        load = {"path": str(src), "modules": instr["msprobe_config"]["load"]["modules"]}
+        G.dump_infer(cfg, root / f"{fault}_r{k}", fault, load=load, w=w)
+        rounds.append(A.RoundInput(root / "train", root / f"{fault}_r{k}"))
+        an = A.analyze_pair(rounds, bmap)
+    return an
+
+
+def test_clean_generated_pair_is_bitwise_exact(base):
+    cfg, w, root = base
+    G.dump_infer(cfg, root / "clean", None, w=w)
+    an = A.analyze_pair([A.RoundInput(root / "train", root / "clean")], M.load_map("qwen3_hf_vllm"))
+    assert an.rounds[0]["counts"] == {"EXACT": 35}
+    assert an.verdict == "exact" and an.consistency == "bitwise"
+    assert an.points == [] and an.stub_instruction["needed"] is False
+
+
+def test_corrupted_weight_row(base, tmp_path):
+    cfg, w, root = base
+    an = run_rounds(cfg, w, root, "weight_row")
+    r0 = an.rounds[0]
+    assert r0["first_divergence"]["boundary"] == "L1.gate_proj.out"
+    p = an.points[0]
+    assert p["class"] == "logic-level" and p["pattern"] == "whole_columns"
+    # the corrupted row is found by the weight hypothesis, with its row count
+    hyp = {h["hypothesis"]: h for h in an.hypotheses}
+    assert hyp["weights not in sync"]["status"] == "confirmed"
+    assert "L1.gate_proj.weight" in hyp["weights not in sync"]["evidence"][0]
+    assert "1 of 64 rows" in hyp["weights not in sync"]["evidence"][0]
+    # round 1: stub verified, downstream all EXACT → exactly one independent point
+    assert len(an.rounds) == 2
+    assert an.rounds[1]["stub_verification"]["effective"] is True
+    assert an.rounds[1]["outcome"] == "downstream_all_exact"
+    assert [x["boundary"] for x in an.points] == ["L1.gate_proj.out"]
+    assert an.verdict == "nonzero" and an.consistency == "logic_level"
+    assert an.stub_instruction["needed"] is False
+    paths = O.write_outputs(an, {"model": "gen"}, tmp_path, render=False)
+    src = json.loads(paths["report_source"].read_text())
+    assert src["logic_level_points"] == ["L1.gate_proj.out"] and src["summary"]["rounds"] == 2
+
+
+def test_wrong_attention_scale_constant(base):
+    cfg, w, root = base
+    an = run_rounds(cfg, w, root, "attn_scale")
+    assert an.rounds[0]["first_divergence"]["boundary"] == "L0.attn_core.out"
+    assert an.points[0]["class"] == "logic-level"
+    assert an.points[0]["tensor_ulp"] > 4
+    # the constant is wrong in every layer: the stub of layer 0 reveals layer 1 as a second point
+    assert [(x["round"], x["boundary"], x["class"]) for x in an.points] == [
+        (0, "L0.attn_core.out", "logic-level"), (1, "L1.attn_core.out", "logic-level")]
+    assert [r["outcome"] for r in an.rounds] == ["stub_needed", "stub_needed", "downstream_all_exact"]
+    assert all(r["stub_verification"]["effective"] for r in an.rounds[1:])
+    # cumulative stubs: round 2 keeps layer 0's override
+    assert len(an.rounds[2]["stub_verification"]["checks"]) == 2
+    # the amplification chain starts at the first divergence and grows downstream
+    chain = an.rounds[0]["amplification_chain"]
+    assert chain[0]["boundary"] == "L0.attn_core.out" and chain[0]["growth_vs_first"] == 1.0
+    assert max(c["growth_vs_first"] for c in chain) > 1.0
+
+
+def test_dropped_residual(base):
+    cfg, w, root = base
+    an = run_rounds(cfg, w, root, "drop_residual")
+    assert an.rounds[0]["first_divergence"]["boundary"] == "final_norm.out"
+    assert an.points[0]["class"] == "logic-level"
+    # every layer's residual stream (vLLM output.0 + output.1 summed in fp32) is still EXACT
+    rows0 = {r["boundary"]: r for r in an.boundary_rows if r["round"] == 0}
+    assert rows0["L1.layer.out"]["status"] == "EXACT"
+    assert len(an.points) == 1 and an.rounds[-1]["outcome"] == "downstream_all_exact"
+
+
+def test_stub_not_taking_effect_stops_the_loop(base):
+    cfg, w, root = base
+    bmap = M.load_map("qwen3_hf_vllm")
+    G.dump_infer(cfg, root / "ne_r0", "weight_row", w=w)
+    G.dump_infer(cfg, root / "ne_r1", "weight_row", w=w)  # collected without the load setting
+    an = A.analyze_pair([A.RoundInput(root / "train", root / "ne_r0"),
+                         A.RoundInput(root / "train", root / "ne_r1")], bmap)
+    assert an.rounds[1]["outcome"] == "stub_not_effective"
+    assert an.rounds[1]["stub_verification"]["effective"] is False
+    assert not [r for r in an.boundary_rows if r["round"] == 1]  # downstream not compared
+    assert any("did not take effect" in n for n in an.notes)
+
+
+def test_stub_instruction_matches_msprobe_load(base, tmp_path):
+    cfg, w, root = base
+    G.dump_infer(cfg, root / "si_r0", "drop_residual", w=w)
+    an = A.analyze_pair([A.RoundInput(root / "train", root / "si_r0")], M.load_map("qwen3_hf_vllm"))
+    si = an.stub_instruction
+    assert si["round"] == 1 and si["isolate_boundary"]["name"] == "final_norm.out"
+    m = si["modules"][0]
+    assert m["target_entry"] == "Module.logits_processor.LogitsProcessor.forward.0"
+    assert m["target_input"] == 1
+    assert m["target_file"] == "Module.logits_processor.LogitsProcessor.forward.0.input.1.pt"
+    assert m["source_pt"][0].endswith("Module.model.norm.Qwen3RMSNorm.forward.0.output.0.pt")
+    assert m["transform"] == ["{'squeeze': 0}"]
+    load = si["msprobe_config"]["load"]
+    assert load["modules"] == [m["target_entry"]] and load["dump_after_load"] is True
+    assert set(load) == {"path", "modules", "step", "rank", "dump_after_load"}
