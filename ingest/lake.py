@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -245,29 +246,43 @@ class RunWriter:
         self.rows_written[table] = self.rows_written.get(table, 0) + n
         return n
 
+    def rows_table(self, columns: List[tuple], rows: Iterable[Dict[str, Any]]) -> str:
+        """Load Python rows into a temp table of the given ``(name, type)`` columns; returns its name.
+
+        Rows go through a newline-delimited JSON file in the staging folder and DuckDB's
+        ``read_json`` with explicit types (DuckDB's per-value Python conversion is slow when
+        pandas is not installed). Dict/list values are stored as JSON text.
+        """
+        name = f"_rows_{uuid.uuid4().hex[:8]}"
+        path = self.staging / f"{name}.ndjson"
+        with open(path, "w", encoding="utf-8") as f:
+            for r in rows:
+                rec = {}
+                for c, t in columns:
+                    v = r.get(c)
+                    if isinstance(v, (dict, list)):
+                        v = json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
+                    elif isinstance(v, datetime):
+                        v = v.strftime("%Y-%m-%d %H:%M:%S.%f")
+                    elif v is not None and not isinstance(v, (str, int, float, bool)):
+                        v = str(v)
+                    rec[c] = v
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        spec = "{" + ", ".join(f"{sql_str(c)}: {sql_str(t)}" for c, t in columns) + "}"
+        if path.stat().st_size == 0:
+            cols = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns)
+            self.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {cols} WHERE false')
+        else:
+            self.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM read_json({sql_str(path)}, '
+                             f"format='newline_delimited', columns={spec}, timestampformat='%Y-%m-%d %H:%M:%S.%f')")
+        path.unlink()
+        return name
+
     def write_rows(self, table: str, rows: Iterable[Dict[str, Any]],
                    partition: Optional[Dict[str, Any]] = None) -> int:
-        """Write Python rows (dicts keyed by column name; missing keys are NULL).
-
-        Dict/list values are stored as JSON text. Returns the row count.
-        """
-        cols = schema.TABLES[table]
-        con = self.con
-        tmp = f"_rows_{uuid.uuid4().hex[:8]}"
-        con.execute(schema.ddl(table, tmp))
-        data = []
-        for r in rows:
-            rec = []
-            for c, _t in cols:
-                v = r.get(c)
-                if isinstance(v, (dict, list)):
-                    v = json.dumps(v, ensure_ascii=False, sort_keys=True)
-                rec.append(v)
-            data.append(rec)
-        if data:
-            ph = ", ".join("?" for _ in cols)
-            con.executemany(f'INSERT INTO "{tmp}" VALUES ({ph})', data)
+        """Write Python rows (dicts keyed by column name; missing keys are NULL). Returns the count."""
+        tmp = self.rows_table(schema.TABLES[table], rows)
         try:
             return self.copy_query(table, f'SELECT * FROM "{tmp}"', partition)
         finally:
-            con.execute(f'DROP TABLE "{tmp}"')
+            self.con.execute(f'DROP TABLE "{tmp}"')

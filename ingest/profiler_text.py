@@ -152,10 +152,9 @@ def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple
     cid = sql_str(capture_id)
     nk = 0
     if rows:
-        cols = ", ".join(f"{c} {'VARCHAR' if c in ('kernel_name', 'raw_op', 'accelerator') or c.startswith(('input', 'output')) else 'BIGINT'}"
-                         for c in _TEXT_KERNEL_COLS)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE tk ({cols})")
-        con.executemany(f"INSERT INTO tk VALUES ({', '.join('?' for _ in _TEXT_KERNEL_COLS)})", rows)
+        types = [(c, "VARCHAR" if c in ("kernel_name", "raw_op", "accelerator") or c.startswith(("input", "output"))
+                  else "BIGINT") for c in _TEXT_KERNEL_COLS]
+        tk = writer.rows_table(types, (dict(zip(_TEXT_KERNEL_COLS, r)) for r in rows))
         nk = writer.copy_query("kernels", f"""
             SELECT {cid} AS capture_id, 'text' AS source_kind, NULL AS global_task_id, device_id, stream_id,
                    task_id, start_ns, start_ns + dur_ns AS end_ns, dur_ns, kernel_name,
@@ -167,7 +166,7 @@ def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple
                    {clean_text('output_dtypes')} AS output_dtypes, {clean_text('output_formats')} AS output_formats,
                    NULL AS connection_id, NULL AS cann_api_name, NULL AS host_op_id, NULL AS host_op_name,
                    NULL AS callchain_id, call_count
-            FROM tk""", partition)
+            FROM "{tk}" """, partition)
     ops = host_op_rows(text_dir)
     nh = ns = 0
     if ops:
