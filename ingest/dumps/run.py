@@ -17,7 +17,7 @@ from . import outputs as O
 
 DUMP_MODELS = ["stg_lake_dumps__dump_runs", "stg_lake_dumps__tensor_stats", "stg_lake_dumps__boundary_results",
                "stg_lake_dumps__stub_rounds", "int_boundaries_ordered", "fct_boundary_diffs",
-               "fct_difference_points", "fct_dump_tensor_stats"]
+               "int_boundary_inputs_joined", "fct_difference_points", "fct_dump_tensor_stats"]
 
 
 def parse_card(items: Sequence[str]) -> Dict[str, Any]:

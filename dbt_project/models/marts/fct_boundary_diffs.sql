@@ -1,0 +1,62 @@
+-- one row per run × round × compared activation boundary: exact gate, ULP figures, first divergence,
+-- amplification relative to the round's first divergence
+with ordered as (
+    select * from {{ ref('int_boundaries_ordered') }}
+),
+
+first_div as (
+    -- first non-EXACT boundary whose predecessors are all EXACT (and all compared)
+    select run_id, round,
+           min(position) filter (where is_compared_difference) as first_diff_position,
+           min(position) filter (where is_compared_difference and prior_uncompared = 0 and prior_differences = 0)
+               as first_divergence_position
+    from ordered
+    group by run_id, round
+),
+
+base as (
+    select o.run_id, o.round, o.max_abs_diff as first_max_abs_diff, o.boundary as first_divergence
+    from ordered o
+    join first_div f on f.run_id = o.run_id and f.round = o.round and o.position = f.first_divergence_position
+)
+
+select
+    o.run_id,
+    o.round,
+    o.position,
+    o.boundary,
+    o.layer,
+    o.op,
+    o.status,
+    o.reason,
+    o.train_source,
+    o.infer_source,
+    o.train_shape,
+    o.infer_shape,
+    o.train_dtype,
+    o.mismatch_count,
+    o.mismatch_fraction,
+    o.max_abs_diff,
+    o.tensor_ulp,
+    o.max_elem_ulp_significant,
+    o.signed_mean_ulp,
+    o.pos_count,
+    o.neg_count,
+    o.ulp_hist,
+    o.rows_differing,
+    o.rows_total,
+    o.pattern,
+    o.systematic_bias,
+    o.diff_class,
+    coalesce(o.position = f.first_divergence_position, false) as is_first_divergence,
+    case
+        when f.first_diff_position is null then 'none'
+        when f.first_divergence_position is null then 'undetermined'
+        else 'found'
+    end as first_divergence_status,
+    b.first_divergence,
+    case when o.position >= f.first_divergence_position and b.first_max_abs_diff > 0
+         then o.max_abs_diff / b.first_max_abs_diff end as growth_vs_first
+from ordered o
+left join first_div f on f.run_id = o.run_id and f.round = o.round
+left join base b on b.run_id = o.run_id and b.round = o.round
