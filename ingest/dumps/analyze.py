@@ -739,6 +739,11 @@ def _verdict(an: Analysis, logprob: Optional[dict]) -> None:
             ", ".join(f"{p['boundary']} (round {p['round']})" for p in logic)
         if last.get("outcome") == "stub_needed" or (an.stub_instruction or {}).get("needed"):
             an.verdict_reason += "; enumeration not finished: apply stub_instruction.json and analyse the next round"
+    elif [r for r in non_exact if r["status"] == "SHAPE_DIFF"]:
+        sd = [r["boundary"] for r in non_exact if r["status"] == "SHAPE_DIFF"]
+        an.verdict, an.consistency = "evidence_missing", "unknown"
+        an.verdict_reason = (f"{len(sd)} boundar{'y has' if len(sd) == 1 else 'ies have'} different shapes after "
+                             f"mapping (SHAPE_DIFF: {', '.join(sd[:3])}): values there were not compared")
     elif non_exact:
         sus = [s for r in an.rounds for s in r.get("suspects", [])]
         if sus and (an.stub_instruction or {}).get("needed"):
