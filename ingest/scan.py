@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 from rich.table import Table
@@ -142,7 +143,7 @@ def _print_config(console: Console, parsed: ParsedScript) -> None:
         t.add_row(label, f"[yellow]{v}[/]" if v == UNKNOWN else str(v), parsed.sources.get(key, ""))
     console.print(t)
     for w in parsed.warnings + parsed.profiler.get("warnings", []):
-        console.print(f"  [yellow]note:[/] {w}")
+        console.print(f"  [yellow]note:[/] {escape(w)}")
 
 
 def _print_diff(console: Console, diff: str) -> None:
@@ -240,7 +241,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     _guard_output_dir(output_dir, parsed.path)
     if dry_run:
         res.diff = unified_diff(parsed.text, plan.new_text, parsed.path.name, parsed.path.name + " (planned)")
-        console.print(Panel(plan.reason, title="stage 2 · profiler block (dry run: nothing written)"))
+        console.print(Panel(Text(plan.reason), title="stage 2 · profiler block (dry run: nothing written)"))
         if res.diff:
             _print_diff(console, res.diff)
         if bad:
@@ -251,7 +252,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
         check_writable(parsed.path)          # raises with the read-only-filesystem message
     backup, created = backup_script(parsed.path, stamp)
     res.backup = backup
-    console.print(f"stage 1 · backup: {backup}" + ("" if created else " (identical backup reused)"))
+    console.print(f"stage 1 · backup: {escape(str(backup))}" + ("" if created else " (identical backup reused)"))
     check_writable(parsed.path)
 
     # ---- stage 2: inject
@@ -264,20 +265,20 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
             raise ScanStopped("the profiler block was written but does not reach the launch command",
                               path=parsed.path, hint=f"restore {backup.name} and add it by hand")
         parsed = res.parsed = check
-        console.print(Panel(plan.reason, title="stage 2 · profiler block"))
+        console.print(Panel(Text(plan.reason), title="stage 2 · profiler block"))
         _print_diff(console, res.diff)
     else:
-        console.print(Panel(plan.reason + " — script left unchanged", title="stage 2 · profiler block"))
+        console.print(Panel(Text(plan.reason + " — script left unchanged"), title="stage 2 · profiler block"))
 
     # ---- stage 3: run
     console.print(f"stage 3 · running the full RL script (training + rollout in one run). Expected wait: "
-                  f"[bold]{expected_wait(parsed.config.get('model_id', UNKNOWN))}[/]. Output: {output_dir}")
+                  f"[bold]{expected_wait(parsed.config.get('model_id', UNKNOWN))}[/]. Output: {escape(str(output_dir))}")
     log = output_dir / "run.log"
     run = run_script(parsed.path, script_args, env, log, console=console if progress else None,
                      timeout_s=timeout_s)
     res.run = run
     console.print(f"stage 3 · run finished in {run.elapsed_s:.1f} s, exit status {run.returncode}; "
-                  f"phases seen: {', '.join(run.phases) or 'none'}; log: {run.log_path}")
+                  f"phases seen: {', '.join(run.phases) or 'none'}; log: {escape(str(run.log_path))}")
     if run.returncode != 0 or run.interrupted:
         st = collect(output_dir, seam, probe, env, run_analyse=False)
         st.run = _run_record(run)
@@ -286,7 +287,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
             write_stage3(st, output_dir / STAGE3_FILE)
         except OSError:
             pass
-        console.print(Panel("\n".join(run.tail[-20:]) or "(no output)", title="last lines of the RL log"))
+        console.print(Panel(Text("\n".join(run.tail[-20:]) or "(no output)"), title="last lines of the RL log"))
         what = run.reason or f"exit status {run.returncode}"
         raise ScanStopped(f"stage 3 stopped: the RL script failed ({what}); log kept at {run.log_path}; "
                           f"partial output kept in {output_dir} (usable captures: {found}); the lake was not changed",
@@ -317,11 +318,11 @@ def _print_stage3(console: Console, st: Stage3) -> None:
     t.add_column("result")
     t.add_column("detail")
     for o in st.operations:
-        t.add_row(str(o["n"]), o["side"], f"{o['operation']}  [dim]{o['target']}[/]", o["result"],
-                  (o["detail"] or "") + (f" [fallback {o['fallback']}]" if o.get("fallback") else ""))
+        t.add_row(str(o["n"]), o["side"], Text(o["operation"]) + Text("  " + o["target"], style="dim"),
+                  o["result"], Text((o["detail"] or "") + (f" (fallback {o['fallback']})" if o.get("fallback") else "")))
     console.print(t)
     for w in st.known_warnings:
-        console.print(f"  [cyan]known warning[/] “{w['pattern']}” ×{w['count']}: {w['explanation']}")
+        console.print(Text("  known warning ", style="cyan") + Text(f"“{w['pattern']}” ×{w['count']}: {w['explanation']}"))
     for s in ("train", "infer"):
         status = st.side_status(s)
         label = {"device": "device kernels", "host_fallback": HOST_FALLBACK_LABEL,
@@ -334,8 +335,8 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
     if st is not None and not st.comparison_possible:
         res.status = "comparison_skipped"
         res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
-        console.print(Panel(f"fallback 3: {st.to_json()['reason']}.\nReport with every operation attempted: "
-                            f"{res.report_path}\nThe lake was not changed.", title="stages 4–5 skipped",
+        console.print(Panel(Text(f"fallback 3: {st.to_json()['reason']}.\nReport with every operation attempted: "
+                                 f"{res.report_path}\nThe lake was not changed."), title="stages 4–5 skipped",
                             border_style="red"))
         return res
     from ..pipeline import run_profile
@@ -346,8 +347,8 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
     res.report_path, res.csv_path, res.grade_counts = pr.report_path, pr.csv_path, pr.grade_counts
     res.warnings = list(pr.warnings)
     grades = ", ".join(f"{g}: {n}" for g, n in sorted(pr.grade_counts.items())) or "no rows"
-    console.print(Panel(f"run id: {rid}\nlake: {lake.root}\nreport: {pr.report_path}\nCSV: {pr.csv_path}\n"
-                        f"evidence: {pr.evidence}\nrows per grade: {grades}\nstatus: {pr.status}",
+    console.print(Panel(Text(f"run id: {rid}\nlake: {lake.root}\nreport: {pr.report_path}\nCSV: {pr.csv_path}\n"
+                             f"evidence: {pr.evidence}\nrows per grade: {grades}\nstatus: {pr.status}"),
                         title="stages 4–5 · report"))
     return res
 
@@ -386,7 +387,7 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
         except ValueError:
             st_json = None
         if st_json:
-            console.print(f"stage 3 record of the original scan: {recorded}")
+            console.print(f"stage 3 record of the original scan: {escape(str(recorded))}")
     res.stage3 = st
     _print_stage3(console, st)
     tags = {"scan": "from-output"}
@@ -397,7 +398,7 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     if not st.comparison_possible:
         res.status = "comparison_skipped"
         res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
-        console.print(Panel(f"{st.to_json()['reason']}.\nReport: {res.report_path}\nThe lake was not changed.",
+        console.print(Panel(Text(f"{st.to_json()['reason']}.\nReport: {res.report_path}\nThe lake was not changed."),
                             title="stages 4–5 skipped", border_style="red"))
         return res
     return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress)

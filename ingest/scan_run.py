@@ -35,7 +35,7 @@ PHASES: List[Tuple[re.Pattern, str]] = [
     (re.compile(r"compute_ref_log_prob|ref_compute_log_prob", re.I), "ref log-prob (training path)"),
     (re.compile(r"compute_log_prob|old_log_prob", re.I), "actor log-prob (training path)"),
     (re.compile(r"update_actor|actor_update", re.I), "actor update (training path)"),
-    (re.compile(r"generate_sequences|rollout_generate|agent_loop|vllm", re.I), "rollout (vLLM inference)"),
+    (re.compile(r"generate_sequences|rollout_generate|agent_?loop", re.I), "rollout (vLLM inference)"),
     (re.compile(r"\bstep:\s*\d+", re.I), "step finished"),
     (re.compile(r"init_workers|Loading checkpoint|load.*model|mbridge", re.I), "loading model / workers"),
     (re.compile(r"ray\b|Started a local Ray instance", re.I), "starting Ray"),
@@ -43,7 +43,9 @@ PHASES: List[Tuple[re.Pattern, str]] = [
 
 
 def phase_of(line: str) -> Optional[str]:
-    """The RL phase a log line announces, or None."""
+    """The RL phase a log line announces, or None (bash ``set -x`` trace lines are ignored)."""
+    if line.startswith("+"):
+        return None
     for rx, label in PHASES:
         if rx.search(line):
             return label
@@ -190,5 +192,6 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
     if returncode is not None and returncode < 0 and not reason:
         reason = f"killed by signal {-returncode}"
     elif returncode in (137, 143) and not reason:
-        reason = f"killed (exit status {returncode})"
+        reason = (f"killed by {'SIGKILL' if returncode == 137 else 'SIGTERM'} "
+                  f"(exit status {returncode}, e.g. out of memory or stopped by hand)")
     return RunResult(returncode, interrupted, elapsed, dest, list(tail), phases, reason)

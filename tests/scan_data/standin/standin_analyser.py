@@ -7,7 +7,7 @@ stage 3. It prints the warnings real Text-mode parses print so their recognition
 Modes: ``db`` (parsed DB), ``text`` (CSV exports only), ``fail`` (exit 1, nothing written),
 ``nothing`` (exit 0, nothing written — a CANN that does not export the DB from a text parse),
 ``empty_cti`` (DB whose COMPUTE_TASK_INFO is empty + a host-side ``api_statistic.csv`` built
-from the DB's CANN_API rows), ``empty_cti_nocsv`` (empty COMPUTE_TASK_INFO, no CSV).
+from the DB's CANN_API rows, Level = ENUM_API_TYPE name as msprof writes it), ``empty_cti_nocsv`` (empty COMPUTE_TASK_INFO, no CSV).
 """
 from __future__ import annotations
 
@@ -25,15 +25,16 @@ def _db(raw: Path) -> Path:
 
 def _api_statistic(db: Path, out: Path) -> None:
     con = sqlite3.connect(db)
-    rows = con.execute("SELECT s.value, count(*), sum(a.endNs - a.startNs) FROM CANN_API a "
-                       "JOIN STRING_IDS s ON a.name = s.id GROUP BY s.value ORDER BY 2 DESC, 1").fetchall()
+    rows = con.execute("SELECT e.name, s.value, count(*), sum(a.endNs - a.startNs) FROM CANN_API a "
+                       "JOIN STRING_IDS s ON a.name = s.id JOIN ENUM_API_TYPE e ON a.type = e.id "
+                       "GROUP BY 1, 2 ORDER BY 3 DESC, 2").fetchall()
     con.close()
     with open(out, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["Device_id", "Level", "API Name", "Time(us)", "Count", "Avg(us)", "Min(us)", "Max(us)", "Variance"])
-        for name, n, total in rows:
+        for level, name, n, total in rows:
             t = (total or 0) / 1000.0
-            w.writerow(["0", "node", name, f"{t:.3f}", n, f"{t / n:.3f}", f"{t / n:.3f}", f"{t / n:.3f}", "0"])
+            w.writerow(["0", level, name, f"{t:.3f}", n, f"{t / n:.3f}", f"{t / n:.3f}", f"{t / n:.3f}", "0"])
 
 
 def main() -> int:

@@ -14,6 +14,7 @@
 #   STANDIN_EXIT=N          finish normally but exit with status N
 #   STANDIN_NO_CHECK=1      do not verify the profiler arguments
 #   STANDIN_SLEEP=S         sleep S seconds in the rollout phase
+#   STANDIN_LAYERS=N        transformer layers of the generated capture (default 28 = Qwen3-0.6B)
 set -u
 module="$1"
 shift
@@ -66,7 +67,9 @@ model="${ov[actor_rollout_ref.model.path]-unknown}"
 echo "Started a local Ray instance. (stand-in)"
 echo "(TaskRunner pid=$$) init_workers: actor=${ov[actor_rollout_ref.actor.strategy]-?} rollout=${ov[actor_rollout_ref.rollout.name]-?} model=$model"
 gen="$(mktemp -d)"
-"$TILAKE_REAL_PYTHON" -m tilake.ingest.synth profiler-output "$gen/po" --infer-form raw > "$gen/synth.log" 2>&1 || {
+level="${ov[actor_rollout_ref.actor.profiler.tool_config.npu.level]-level0}"   # verl's default is level0
+"$TILAKE_REAL_PYTHON" -m tilake.ingest.synth profiler-output "$gen/po" --infer-form raw --level "$level" \
+    --layers "${STANDIN_LAYERS:-28}" > "$gen/synth.log" 2>&1 || {
     echo "stand-in verl: generator failed:" >&2; cat "$gen/synth.log" >&2; rm -rf "$gen"; exit 4; }
 mkdir -p "$save"
 echo "(WorkerDict pid=$$) [profiler] e2e profiling started, step 1"
