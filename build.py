@@ -67,8 +67,8 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     dbt_dir = lake.root / ".dbt"
     args = [command, "--project-dir", str(PROJECT_DIR), "--profiles-dir", str(PROJECT_DIR),
             "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
-            "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats",
-            "--no-partial-parse"]
+            "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"
+            ]
     if select:
         args += ["--select", *select]
     if full_refresh:

@@ -7,6 +7,7 @@ Format facts (``reference/ascend-profiler-format.md`` §0, §2.2–2.6, "Traps";
   that are not kernels) plus one row per ``COMMUNICATION_OP`` (HCCL op, op type ``hcom_*_``);
 * every name-like INTEGER column is an id into ``STRING_IDS(id, value)``;
 * host op of a kernel: ``TASK.connectionId = CONNECTION_IDS.connectionId``,
+  (its call stack: its own ``callchainId`` or that of the innermost enclosing op on the same thread),
   ``CONNECTION_IDS.id = PYTORCH_API.connectionId`` (op rows ``type = 50001``; the innermost op wins);
   the launching CANN API is ``CANN_API.connectionId = TASK.connectionId``;
 * ``PYTORCH_API.startNs/endNs`` are TEXT; ``inputDtypes``/``inputShapes`` contents are swapped in
@@ -261,6 +262,20 @@ def _host_ops_table(con, pr: DbProbe) -> None:
                  {cc} AS callchain_id
           FROM (SELECT p.*, {a} AS da, {b} AS sb FROM s.PYTORCH_API p {where}) p
         )""")
+    # ACL-level records (aclnnMm …) carry no Python stack; torch_npu stores it on the enclosing
+    # aten op of the same thread (reference §2.4): inherit the innermost enclosing op's callchain.
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE hops AS
+        SELECT h.* REPLACE (coalesce(h.callchain_id, e.parent_chain) AS callchain_id)
+        FROM hops h
+        LEFT JOIN (
+            SELECT a.host_op_id, b.callchain_id AS parent_chain
+            FROM hops a JOIN hops b
+              ON a.global_tid = b.global_tid AND b.start_ns <= a.start_ns AND b.end_ns >= a.end_ns
+             AND b.host_op_id <> a.host_op_id
+            WHERE a.callchain_id IS NULL AND b.callchain_id IS NOT NULL
+            QUALIFY row_number() OVER (PARTITION BY a.host_op_id ORDER BY b.start_ns DESC, b.end_ns, b.host_op_id DESC) = 1
+        ) e USING (host_op_id)""")
     if pr.has("CONNECTION_IDS"):
         con.execute("""
             CREATE OR REPLACE TEMP TABLE conn_host AS
