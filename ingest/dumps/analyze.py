@@ -75,7 +75,8 @@ class Pair:
         self.pairing = dict(pairing or {})
         self.notes: List[str] = []
         pat = (bmap.get("layers") or {}).get("pattern")
-        counts = {s: self.views[s].layer_count(pat) if pat else 0 for s in M.SIDES}
+        pats = pat if isinstance(pat, dict) else {s: pat for s in M.SIDES}
+        counts = {s: self.views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in M.SIDES}
         self.layer_counts = counts
         if counts["train"] != counts["infer"]:
             self.notes.append(f"layer count differs: train {counts['train']}, infer {counts['infer']}; "
@@ -141,7 +142,7 @@ def compare_boundary(pair: Pair, b: M.Boundary, round_no: int = 0, isolated: Seq
         row[f"{s}_exec_order"] = min(x.exec_order for x in res[s].slots)
         row[f"{s}_files"] = [x.data_name for x in res[s].slots]
     # materialise the side without an "auto" layout first (the other may need it for its scan)
-    order = sorted(M.SIDES, key=lambda s: any("qkv_part" in (t if isinstance(t, dict) else {})
+    order = sorted(M.SIDES, key=lambda s: any(("qkv_part" in t or "qkv_to_concat" in t) if isinstance(t, dict) else False
                                               for t in res[s].transforms))
     tens: Dict[str, Any] = {}
     try:

@@ -119,7 +119,15 @@ class SideView:
         return ".".join(parts)
 
     def module_entry(self, module: str, call: int = 0) -> Optional[str]:
-        """Original entry name of ``Module.<module>.forward.<call>`` or None."""
+        """Original entry name of ``Module.<module>.forward.<call>`` or None.
+
+        A trailing ``.*`` matches any class name (Megatron's TE and local specs name the same
+        module with different classes).
+        """
+        if module.endswith(".*"):
+            rx = re.compile("^" + re.escape(f"Module.{module[:-2]}.") + r"[^.]+" + re.escape(f".forward.{call}") + "$")
+            hits = sorted(n for n in self.norm if rx.match(n))
+            return self.norm[hits[0]] if hits else None
         return self.norm.get(f"Module.{module}.forward.{call}")
 
     def layer_count(self, pattern: str) -> int:
@@ -218,9 +226,13 @@ def resolve_dims(bmap: dict, views: Dict[str, SideView]) -> Tuple[Dict[str, int]
     """
     dims: Dict[str, int] = {}
     notes: List[str] = []
+    exprs = []
     for name, d in (bmap.get("dims") or {}).items():
         if isinstance(d, int):
             dims[name] = d
+            continue
+        if "expr" in d:
+            exprs.append((name, d["expr"]))
             continue
         v = views.get(d.get("side", "train"))
         entry = v.module_entry(d["module"]) if v else None
@@ -229,6 +241,11 @@ def resolve_dims(bmap: dict, views: Dict[str, SideView]) -> Tuple[Dict[str, int]
             notes.append(f"dim {name}: {d.get('module')} parameter not in the {d.get('side', 'train')} dump")
             continue
         dims[name] = int(slot.declared_shape[int(d.get("dim", 0))])
+    for name, expr in exprs:
+        try:
+            dims[name] = eval_expr(expr, dims)
+        except Unavailable as exc:
+            notes.append(f"dim {name}: {exc.reason}")
     return dims, notes
 
 
@@ -407,6 +424,30 @@ def apply_transform(t, tr: Any, dims: Dict[str, int], view: Optional[SideView], 
         else:
             t = _qkv_split(t, layout, part, dims)
             notes.append(f"qkv part {part} ({layout} layout)")
+    elif kind == "qkv_to_concat":
+        # Megatron linear_qkv (per query group [q_g.., k_g, v_g]) → vLLM order [q; k; v]
+        layout = (arg or {}).get("layout", "auto")
+        for need in ("q_size", "kv_size", "head_dim"):
+            if need not in dims:
+                raise Unavailable(f"qkv regrouping needs dim {need!r}, not derivable from this dump")
+        cands = {lay: torch.cat([_qkv_split(t, lay, p, dims) for p in ("q", "k", "v")], dim=-1)
+                 for lay in ("concat", "per_group")}
+        if layout == "auto":
+            if other is None:
+                raise Unavailable("qkv layout 'auto' needs the other side's tensor for a correlation scan")
+            scan = {lay: (pearson(c, other) if tuple(c.shape) == tuple(other.shape) else None)
+                    for lay, c in cands.items()}
+            best = max(scan, key=lambda k: -2 if scan[k] is None else scan[k])
+            if scan[best] is None:
+                raise Unavailable(f"qkv layout scan: no candidate has the other side's shape {list(other.shape)}")
+            same = torch.equal(cands["concat"], cands["per_group"])
+            ev = ", ".join(f"{k} r={v:.4f}" if v is not None else f"{k} r=n/a" for k, v in scan.items())
+            notes.append(f"qkv layout scan (whole qkv): {ev} → {best}" + (" (layouts coincide)" if same else ""))
+            context.setdefault("_scans", []).append({"part": "qkv", "scores": scan, "chosen": best,
+                                                     "layouts_coincide": same})
+            layout = best
+        t = cands[layout]
+        notes.append(f"qkv regrouped from {layout} layout to [q; k; v]")
     elif kind == "select_row":
         idx = context.get("request_index", arg if isinstance(arg, int) else None)
         if idx is None:
