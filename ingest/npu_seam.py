@@ -243,6 +243,21 @@ class TorchNpuSeam(NpuSeam):
         return AnalyseResult(str(raw_dir), et, ok, cp.returncode, str(log_path), error, unsupported, self.name, True)
 
 
+class RecordedOutputSeam(NpuSeam):
+    """Used by ``tilake scan --from-output``: nothing is parsed, so ``analyse`` is never called."""
+
+    name = "none (recorded output, nothing parsed)"
+    real = True
+
+    def probe(self, env: Mapping[str, str], python: Optional[str] = None) -> NpuProbe:
+        return NpuProbe(seam=self.name, real=True)
+
+    def analyse(self, raw_dir: Path, export_type: Optional[Sequence[str]], log_path: Path,
+                env: Optional[Mapping[str, str]] = None, timeout_s: float = 3600) -> AnalyseResult:
+        return AnalyseResult(str(raw_dir), None if export_type is None else list(export_type), False, None, None,
+                             "recorded output is not modified", False, self.name, True)
+
+
 def get_seam() -> NpuSeam:
     """The seam the CLI uses (tests monkeypatch this to install a stand-in)."""
     return TorchNpuSeam()

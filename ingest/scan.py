@@ -379,7 +379,7 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     validate_run_id(rid)
     out_dir = Path(out_dir or ".")
     res = ScanResult(rid, "running", parsed, output_dir=output_dir)
-    st = collect(output_dir, npu_seam.get_seam(), None, env, run_analyse=False)
+    st = collect(output_dir, npu_seam.RecordedOutputSeam(), None, env, run_analyse=False)
     recorded = output_dir / STAGE3_FILE
     if recorded.is_file():
         try:

@@ -156,6 +156,26 @@ def test_profiler_args_are_verified_by_the_stand_in(job):
     assert "profiler arguments incomplete" in (script.parent / "prof_out" / "run.log").read_text()
 
 
+def test_existing_profiler_block_is_used_as_is_and_args_pass_through(job):
+    """Seed-style script that already carries the PROFILER block: no injection, its save path is
+    used, and arguments after the script (its "$@") reach verl after the profiler arguments."""
+    script, env, tmp = job
+    shutil.copy(DATA / "grpo_qwen3_megatron_vllm_prof.sh", script)
+    original = script.read_bytes()
+    out = tmp / "prof_out"      # the seed-style block expands it unquoted, as bash would
+    argv_file = tmp / "argv.bin"
+    env = dict(env, PROFILER_OUTPUT_DIR=str(out), STANDIN_ARGS_OUT=str(argv_file))
+    res = scan(script, Lake(tmp / "lake"), out_dir=tmp / "out", env=env, lang="en",
+               seam=StandInSeam({"plain": "fail", "db": "fail"}), script_args=["trainer.total_training_steps=1"])
+    assert res.diff == "" and script.read_bytes() == original and res.output_dir == out
+    assert res.backup.read_bytes() == original
+    assert res.run.returncode == 0 and (out / "run.log").is_file() and (out / "tilake_scan_stage3.json").is_file()
+    from scan_standin import read_args
+    argv = read_args(argv_file)
+    assert argv[-1] == "trainer.total_training_steps=1" and "global_profiler.tool=npu" in argv
+    assert res.stage3.side_status("train") == "device" and res.status == "comparison_skipped"
+
+
 def test_real_seam_without_torch_npu_stops_at_stage_1(job):
     script, env, tmp = job
     before = sorted(p.name for p in script.parent.iterdir())
@@ -218,6 +238,7 @@ def test_cli_from_output_uses_the_scripts_run_id(tmp_path):
     assert f"run id: {rid}" in r.output
     rows = _runs(Lake(tmp_path / "lake"))
     assert [row[0] for row in rows] == [rid] and rows[0][4].startswith("tilake scan --from-output")
+    assert json.loads(rows[0][3])["stage3"]["seam"] == "none (recorded output, nothing parsed)"
     assert (tmp_path / "out" / "train_infer_op_diff_report.md").read_text().startswith("# Train–infer operator diff report")
 
 
