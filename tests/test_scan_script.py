@@ -82,6 +82,16 @@ def test_existing_profiler_block_and_moe_parallelism():
     assert c["hydra_overrides"]["actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload"] == "True"
 
 
+def test_seed_style_profiler_block_is_recognised():
+    p = parse_script(DATA / "grpo_qwen3_megatron_vllm_prof.sh", env=ENV)
+    assert p.profiler["present"] and p.profiler["warnings"] == []
+    assert p.profiler["save_path"] == "/verl/tests/special_npu/profiler_output"
+    assert p.config["hydra_overrides"]["actor_rollout_ref.rollout.profiler.tool_config.npu.contents"] == \
+        "['npu','cpu','shapes']"
+    env = dict(ENV, PROFILER_OUTPUT_DIR="/data/po")
+    assert parse_script(DATA / "grpo_qwen3_megatron_vllm_prof.sh", env=env).profiler["save_path"] == "/data/po"
+
+
 def test_positional_args_reach_the_launch_command():
     p = parse_script(DATA / "grpo_qwen3_megatron_vllm.sh", env=ENV, args=["data.train_batch_size=64"])
     assert p.config["train_batch_size"] == 64
@@ -137,20 +147,21 @@ def test_heredoc_function_and_conditional_launch(tmp_path):
 
 def _bash_argv(script: Path, tmp_path: Path, args=()):
     out = tmp_path / "argv.bin"
-    env = shim_env(tmp_path, STANDIN_MODE="args", STANDIN_ARGS_OUT=str(out), **{k: v for k, v in ENV.items() if k == "HOME"})
+    env = shim_env(tmp_path, STANDIN_MODE="args", STANDIN_ARGS_OUT=str(out), HOME=ENV["HOME"],
+                   PROFILER_OUTPUT_DIR=str(tmp_path / "po"))
     subprocess.run(["bash", str(script), *args], cwd=tmp_path, env=env, capture_output=True, timeout=60)
     return read_args(out)
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash not available")
 @pytest.mark.parametrize("name", ["grpo_qwen3_megatron_vllm.sh", "grpo_qwen25_fsdp_vllm.sh",
-                                  "grpo_qwen3_moe_megatron_prof.sh"])
+                                  "grpo_qwen3_moe_megatron_prof.sh", "grpo_qwen3_megatron_vllm_prof.sh"])
 def test_parser_agrees_with_bash(name, tmp_path):
     """What bash really passes to `python3 -m verl...` equals the parser's fields (unknowns aside)."""
     script = tmp_path / name
     shutil.copy(DATA / name, script)
     argv = _bash_argv(script, tmp_path, ["trainer.total_training_steps=7"])
-    env = shim_env(tmp_path, **{k: v for k, v in ENV.items() if k == "HOME"})
+    env = shim_env(tmp_path, HOME=ENV["HOME"], PROFILER_OUTPUT_DIR=str(tmp_path / "po"))
     p = parse_script(script, env=env, args=["trainer.total_training_steps=7"])
     assert argv[0] == p.launch.module
     assert len(argv) - 1 == len(p.launch.fields)
