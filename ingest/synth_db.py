@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from .synth_ddl import (ENUMS, ENV_VARIABLES_JSON, FWK_STRING_BASE, INDEXES, INVALID, TABLE_ORDER,
+from .synth_ddl import (ENUMS, ENV_VARIABLES_JSON, FWK_STRING_BASE, INVALID, TABLE_ORDER,
                         BLOCK_COLUMNS, ddl, enum_api_type)
 from .synth_population import Population
 from .synth_timeline import DEVICE_TASK_TYPE, Timeline, build_timeline
@@ -116,7 +116,6 @@ def write_profiler_db(path: Union[str, Path], population: Population, *, rank: i
 
     # --- device rows ---------------------------------------------------------------------------
     kernels = sorted(tl.kernels, key=lambda kr: kr.global_task_id)
-    by_gtid = {kr.global_task_id: kr for kr in kernels}
     task_rows: Dict[int, tuple] = {}
     cti_rows: List[tuple] = []
     pmu_rows: List[tuple] = []

@@ -25,7 +25,7 @@ import json
 import zlib
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 from .synth_db import write_profiler_db
 from .synth_population import HostOp, JobConfig, Kernel, Population, infer_population, train_population

@@ -15,8 +15,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .synth_ddl import INVALID
-from .synth_population import HostOp, Kernel, Population
+from .synth_population import Kernel, Population
 
 #: device task type (TASK.taskType string) per accelerator (COMPUTE_TASK_INFO.taskType), as observed
 #: in the real fixture (KERNEL_AICORE / KERNEL_AIVEC / MIX_AIV / STARS_COMMON).
