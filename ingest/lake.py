@@ -136,20 +136,26 @@ class Lake:
             if t not in schema.TABLES:
                 raise TilakeError(f"unknown lake table {t!r}")
         ctx = self.locked() if hold_lock else contextlib.nullcontext()
-        with ctx:
-            self.ensure()
-            staging = self.root / ".staging" / uuid.uuid4().hex
-            staging.mkdir(parents=True)
-            writer = RunWriter(self, run_id, list(tables), staging)
-            try:
-                yield writer
-                writer._close()
-                self._commit(writer)
-            finally:
-                writer._close()
-                shutil.rmtree(staging, ignore_errors=True)
-                with contextlib.suppress(OSError):
-                    (self.root / ".staging").rmdir()
+        created = not self.root.exists()
+        try:
+            with ctx:
+                staging = self.root / ".staging" / uuid.uuid4().hex
+                staging.mkdir(parents=True)
+                writer = RunWriter(self, run_id, list(tables), staging)
+                try:
+                    yield writer
+                    writer._close()
+                    self.ensure()
+                    self._commit(writer)
+                finally:
+                    writer._close()
+                    shutil.rmtree(staging, ignore_errors=True)
+                    with contextlib.suppress(OSError):
+                        (self.root / ".staging").rmdir()
+        except BaseException:
+            if created:  # a lake this failed write created is removed again: nothing is left behind
+                shutil.rmtree(self.root, ignore_errors=True)
+            raise
 
     def remove_run(self, run_id: str, tables: Optional[Sequence[str]] = None, hold_lock: bool = True) -> int:
         """Delete every partition of ``run_id`` (all tables by default). Returns folders removed."""

@@ -81,23 +81,22 @@ def _ingest_db(cap: Capture, w, part: Dict, row: Dict) -> CaptureResult:
         row["truncated"] = bool(start) and (not end or end < start)
         if not pr.has("SESSION_TIME_INFO"):
             row["truncated"] = None
-        device = pr.rows.get("COMPUTE_TASK_INFO", 0) + pr.rows.get("COMMUNICATION_OP", 0)
-        if not row.get("profiler_level") and device:
+        if not row.get("profiler_level") and pr.rows.get("COMPUTE_TASK_INFO"):
             row["profiler_level"] = profiler_level_from_db(db)
-        if device:
-            res = load_db(db, pr, w, part, row["capture_id"])
-            if res.kernels:
-                return CaptureResult(cap, "ok", "", res.kernels, res.host_ops, "db")
+        # device evidence = compute kernels (COMPUTE_TASK_INFO ⋈ TASK); HCCL ops alone do not count
+        res = load_db(db, pr, w, part, row["capture_id"])
+        if res.compute_kernels:
+            return CaptureResult(cap, "ok", "", res.kernels, res.host_ops, "db")
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
                    else "COMPUTE_TASK_INFO ⋈ TASK has 0 rows")
         reason = (f"{missing} while host tables have {_host_rows(pr)} rows "
                   "(PYTORCH_API + CANN_API): device kernels were not exported")
     # DB without device rows: fall back to the text exports beside it
     if cap.text_dir is not None:
-        res = _ingest_text(cap, w, part, row, reason_prefix=reason + "; ")
-        if res.status in USABLE:
-            return res
-    return CaptureResult(cap, "evidence_missing", reason)
+        txt = _ingest_text(cap, w, part, row, reason_prefix=reason + "; ")
+        if txt.status in USABLE:
+            return txt
+    return CaptureResult(cap, "evidence_missing", reason, res.kernels, res.host_ops, "db")
 
 
 def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = "") -> CaptureResult:

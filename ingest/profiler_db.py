@@ -179,6 +179,7 @@ class DbResult:
     """Counts written for one DB capture."""
 
     kernels: int = 0
+    compute_kernels: int = 0
     host_ops: int = 0
     call_stacks: int = 0
     mstx: int = 0
@@ -207,7 +208,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
                     if pr.has("STRING_IDS") else
                     "CREATE OR REPLACE TEMP TABLE sid (id BIGINT, value VARCHAR)")
         _host_ops_table(con, pr)
-        res.kernels = _write_kernels(con, pr, writer, partition, capture_id)
+        res.compute_kernels, res.kernels = _write_kernels(con, pr, writer, partition, capture_id)
         res.host_ops = _write_host_ops(con, writer, partition, capture_id)
         if pr.has("PYTORCH_CALLCHAINS"):
             stack = ("coalesce((SELECT value FROM sid WHERE sid.id = TRY_CAST(c.stack AS BIGINT)), "
@@ -288,7 +289,8 @@ def _host_ops_table(con, pr: DbProbe) -> None:
                     "name VARCHAR, callchain_id BIGINT)")
 
 
-def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -> int:
+def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -> tuple:
+    """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows)."""
     n = 0
     cid = sql_str(capture_id)
     cann = ("(SELECT value FROM sid WHERE sid.id = ca.name)" if pr.has("CANN_API") else "NULL")
@@ -320,6 +322,7 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
             {cann_join}
             LEFT JOIN conn_host h ON h.task_conn = t.connectionId"""
         n += writer.copy_query("kernels", sql, partition)
+    compute = n
     if pr.has("COMMUNICATION_OP"):
         op_name = _str(pr, "COMMUNICATION_OP", "opName", "o")
         op_type = _str(pr, "COMMUNICATION_OP", "opType", "o")
@@ -338,7 +341,7 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
             FROM s.COMMUNICATION_OP o {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
         n += writer.copy_query("kernels", sql, partition)
-    return n
+    return compute, n
 
 
 def _write_host_ops(con, writer, partition: Dict, capture_id: str) -> int:
