@@ -521,7 +521,8 @@ for _cls, _name in ((HFRMSNorm, "Qwen3RMSNorm"), (HFRotary, "Qwen3RotaryEmbeddin
 def weights(cfg: Cfg) -> Dict[str, torch.Tensor]:
     """Deterministic HF-named weights (norms 1+0.1·N, embeddings N, linears N/sqrt(fan_in))."""
     g = torch.Generator().manual_seed(cfg.seed)
-    ref = HFForCausalLM(cfg)
+    with torch.device("meta"):
+        ref = HFForCausalLM(cfg)
     out = {}
     for n, p in ref.named_parameters():
         if "norm" in n:
@@ -529,14 +530,16 @@ def weights(cfg: Cfg) -> Dict[str, torch.Tensor]:
         elif "embed" in n:
             t = torch.randn(p.shape, generator=g)
         else:
-            t = torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1])
+            t = torch.randn(p.shape, generator=g).div_(math.sqrt(p.shape[1]))
         out[n] = t.to(cfg.dtype)
+        del t
     return out
 
 
 def build_train(cfg: Cfg, w: Dict[str, torch.Tensor]) -> HFForCausalLM:
-    m = HFForCausalLM(cfg).to(cfg.dtype)
-    m.load_state_dict(w)
+    with torch.device("meta"):
+        m = HFForCausalLM(cfg)
+    m.load_state_dict(w, assign=True)
     for p in m.parameters():
         p.requires_grad_(False)
     return m.eval()
@@ -547,7 +550,8 @@ def build_infer(cfg: Cfg, w: Dict[str, torch.Tensor], fault: Optional[str] = Non
     scale = cfg.head_dim ** -0.5
     if fault == "attn_scale":
         scale = (cfg.head_dim * 0.64) ** -0.5  # wrong constant: softmax scale from a wrong head_dim
-    m = VForCausalLM(cfg, scale=scale, drop_final_residual=(fault == "drop_residual")).to(cfg.dtype)
+    with torch.device("meta"):
+        m = VForCausalLM(cfg, scale=scale, drop_final_residual=(fault == "drop_residual"))
     sd = {"model.embed_tokens.weight": w["model.embed_tokens.weight"], "model.norm.weight": w["model.norm.weight"]}
     for i in range(cfg.layers):
         p = f"model.layers.{i}."
@@ -563,8 +567,10 @@ def build_infer(cfg: Cfg, w: Dict[str, torch.Tensor], fault: Optional[str] = Non
         sd[p + "mlp.down_proj.weight"] = w[p + "mlp.down_proj.weight"]
         sd[p + "input_layernorm.weight"] = w[p + "input_layernorm.weight"]
         sd[p + "post_attention_layernorm.weight"] = w[p + "post_attention_layernorm.weight"]
-    m.load_state_dict(sd)
-    m.lm_head_holder[0].weight.data = w["lm_head.weight"].clone()
+    m.load_state_dict(sd, assign=True)
+    for p in m.parameters():
+        p.requires_grad_(False)
+    m.lm_head_holder[0].weight = nn.Parameter(w["lm_head.weight"], requires_grad=False)
     return m.eval()
 
 

@@ -120,10 +120,11 @@ def tensor_stats(t: torch.Tensor) -> Dict[str, Any]:
             d = c.to(torch.float64)
         if d.is_floating_point():
             fin = torch.isfinite(d)
-            nan += int(torch.isnan(d).sum())
-            pinf += int((d == math.inf).sum())
-            ninf += int((d == -math.inf).sum())
-            d = d[fin]
+            if not bool(fin.all()):
+                nan += int(torch.isnan(d).sum())
+                pinf += int((d == math.inf).sum())
+                ninf += int((d == -math.inf).sum())
+                d = d[fin]
         if d.numel():
             mn = min(mn, float(d.min()))
             mx = max(mx, float(d.max()))
@@ -175,6 +176,8 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     n = a.numel()
     same_dtype = ref.dtype == other.dtype
     floaty = is_float(ref.dtype) and same_dtype
+    if same_dtype and not a.is_complex() and _bitwise_equal(a, b):
+        return _exact_result(a, ref, floaty)
     if ref.dim() >= 2:
         nrows, ncols = ref.shape[0], ref.shape[-1]
     else:
@@ -206,11 +209,14 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
             da, db = ca.to(torch.float64), cb.to(torch.float64)
         fa, fb = torch.isfinite(da), torch.isfinite(db)
         both_fin = fa & fb
-        nf_eq = (~fa) & (~fb) & ((da == db) | (torch.isnan(da) & torch.isnan(db)))
-        one = (fa ^ fb) | ((~fa) & (~fb) & ~nf_eq)
-        one_sided_nf += int(one.sum())
-        both_nf += int(nf_eq.sum())
-        neq = one | (both_fin & (da != db))
+        if bool(both_fin.all()):
+            neq = da != db
+        else:
+            nf_eq = (~fa) & (~fb) & ((da == db) | (torch.isnan(da) & torch.isnan(db)))
+            one = (fa ^ fb) | ((~fa) & (~fb) & ~nf_eq)
+            one_sided_nf += int(one.sum())
+            both_nf += int(nf_eq.sum())
+            neq = one | (both_fin & (da != db))
         k = int(neq.sum())
         if k == 0:
             continue
@@ -261,6 +267,44 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
         "row_indices_differing": torch.nonzero(rows > 0).reshape(-1).tolist() if nrows <= 4096 else None,
         "pattern": diff_pattern(mism, n, rows, cols, per_row, nrows),
         "nonfinite_both": both_nf, "nonfinite_one_sided": one_sided_nf,
+    }
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Fast path: same raw bytes chunk by chunk (so NaN payloads at the same place compare equal)."""
+    for s in range(0, a.numel(), CHUNK):
+        ca, cb = a[s:s + CHUNK], b[s:s + CHUNK]
+        if ca.dtype == torch.bool:
+            if not torch.equal(ca, cb):
+                return False
+        elif not torch.equal(ca.view(_INT_VIEW[ca.element_size() * 8]), cb.view(_INT_VIEW[cb.element_size() * 8])):
+            return False
+    return True
+
+
+def _exact_result(a: torch.Tensor, ref: torch.Tensor, floaty: bool) -> Dict[str, Any]:
+    n = a.numel()
+    absmax, nf = 0.0, 0
+    for s in range(0, n, CHUNK):
+        c = a[s:s + CHUNK]
+        if c.is_floating_point():
+            fin = torch.isfinite(c)
+            if not bool(fin.all()):
+                nf += int((~fin).sum())
+                c = c[fin]
+        if c.numel() and c.dtype != torch.bool:
+            absmax = max(absmax, float(c.abs().max().to(torch.float64)))
+    nrows = ref.shape[0] if ref.dim() >= 2 else 1
+    ncols = ref.shape[-1] if ref.dim() >= 2 else max(n, 1)
+    return {
+        "status": "EXACT", "equal": True, "numel": n, "mismatch_count": 0, "mismatch_fraction": 0.0,
+        "max_abs_diff": 0.0, "ref_absmax": absmax, "tensor_ulp": 0.0,
+        "max_elem_ulp": 0 if floaty else None, "max_elem_ulp_significant": 0 if floaty else None,
+        "signed_mean_ulp": 0.0 if floaty else None, "pos_count": 0, "neg_count": 0,
+        "ulp_hist": ({lab: (n if lab == "0" else 0) for lab, _l, _h in ULP_BINS} if floaty else {}),
+        "rows_total": nrows, "cols_total": ncols, "rows_differing": 0, "cols_differing": 0,
+        "row_indices_differing": [] if nrows <= 4096 else None, "pattern": "none",
+        "nonfinite_both": nf, "nonfinite_one_sided": 0,
     }
 
 

@@ -353,4 +353,10 @@ def load_pt(path: Path):
         raise TilakeError(f"cannot load tensor file (truncated or corrupt): {msg}", path=path)
     if not isinstance(obj, torch.Tensor):
         raise TilakeError(f"tensor file holds a {type(obj).__name__}, not a tensor", path=path)
+    READ_STATS["files"] += 1
+    READ_STATS["bytes"] += obj.numel() * obj.element_size()
     return obj
+
+
+# process-wide counters of tensor files loaded (used by bench/bench_dumps.py for GB/s figures)
+READ_STATS = {"files": 0, "bytes": 0}

@@ -1,0 +1,221 @@
+"""Benchmark: tilake dump analysis vs ``msprobe compare`` on a scaled generated pair.
+
+Usage::
+
+    python bench/bench_dumps.py [--workdir bench/out/dumps] [--hidden 2048 --layers 8 --seq 512 ...]
+                                [--msprobe /path/to/venv/bin/msprobe]
+
+1. Generates a train/infer pair in msprobe's on-disk format (tests/dumps_gen.py; bf16, Qwen3-style,
+   HF-style vs vLLM-style) — reused when it already exists with the same config.
+2. Runs ``tilake`` round-0 analysis (every boundary + every weight boundary) in a fresh process and
+   reports wall time, tensor bytes loaded, GB/s, peak RSS (``ru_maxrss``) and the RSS of a process
+   that only imports the same modules (baseline).
+3. Runs ``tensor_stats`` over every tensor of both sides (the lake ingest path), same figures.
+4. When an msprobe executable is given/found: runs ``msprobe compare --consistent_check --backend
+   fsdp`` (msprobe's own train/infer mode) on the pair and reports what it matched; then, as the
+   throughput anchor, plain ``msprobe compare`` of the training dump against itself (every row
+   matches by name, so every tensor pair is read and compared) → GB/s from the bytes of the tensor
+   pairs in its CSV (rows with both shapes and dtypes and a metric).
+
+Targets (issue 3): tilake ≥ 5× msprobe compare's GB/s; peak RSS ≤ 2× the largest tensor pair
+(reported both as absolute peak and as increment over the import baseline).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+DTYPE_BYTES = {"torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4, "torch.float64": 8,
+               "torch.int64": 8, "torch.int32": 4, "torch.bool": 1, "torch.float8_e4m3fn": 1, "torch.float8_e5m2": 1}
+
+CHILD_ANALYZE = r"""
+import json, resource, sys, time
+from pathlib import Path
+from tilake.ingest.dumps import analyze as A, maps as M
+from tilake.ingest.dumps.reader import READ_STATS
+t = time.perf_counter()
+an = A.analyze_pair([A.RoundInput(Path(sys.argv[1]), Path(sys.argv[2]))], M.load_map("qwen3_hf_vllm"))
+wall = time.perf_counter() - t
+print(json.dumps({"wall_s": wall, "bytes": READ_STATS["bytes"], "files": READ_STATS["files"],
+                  "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "boundaries": len(an.boundary_rows), "weights": len(an.weight_rows),
+                  "verdict": an.verdict, "first_divergence": an.rounds[0]["first_divergence"]["boundary"]}))
+"""
+
+CHILD_STATS = r"""
+import json, resource, sys, time
+from pathlib import Path
+from tilake.ingest.dumps.reader import DumpSide, READ_STATS
+from tilake.ingest.dumps.lakeio import stats_rows
+t = time.perf_counter()
+n = 0
+for side, p in (("train", sys.argv[1]), ("infer", sys.argv[2])):
+    n += len(stats_rows(DumpSide(Path(p), side), side, 0))
+wall = time.perf_counter() - t
+print(json.dumps({"wall_s": wall, "bytes": READ_STATS["bytes"], "rows": n,
+                  "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+CHILD_BASELINE = r"""
+import json, resource
+import torch
+from tilake.ingest.dumps import analyze, maps, numerics, lakeio  # noqa
+print(json.dumps({"peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def child(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def generate(work: Path, cfg_kw: dict) -> None:
+    import dumps_gen as G
+    import torch
+
+    stamp = work / "config.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == cfg_kw:
+        print(f"reusing generated pair in {work}")
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    cfg = G.Cfg(**cfg_kw)
+    torch.set_num_threads(os.cpu_count() or 1)
+    t = time.perf_counter()
+    w = G.weights(cfg)
+    G.dump_train(cfg, work / "train", w)
+    G.dump_infer(cfg, work / "infer", None, w=w)
+    del w
+    stamp.write_text(json.dumps(cfg_kw))
+    print(f"generated pair in {time.perf_counter() - t:.1f} s")
+
+
+def largest_pair_bytes(work: Path) -> int:
+    """Largest (train + infer) bytes of one boundary/weight pair the analysis compares."""
+    from tilake.ingest.dumps import analyze as A, maps as M
+
+    bmap = M.load_map("qwen3_hf_vllm")
+    pair = A.Pair(work / "train", work / "infer", bmap)
+    best = 0
+    for b in pair.boundaries + pair.weights:
+        total = 0
+        try:
+            for s in M.SIDES:
+                r = M.resolve(pair.views[s], b.spec[s], s)
+                for sl in r.slots:
+                    total += math.prod(sl.declared_shape or [0]) * DTYPE_BYTES.get(sl.declared_dtype, 4)
+        except M.Unavailable:
+            continue
+        best = max(best, total)
+    return best
+
+
+def dump_bytes(work: Path) -> int:
+    return sum(f.stat().st_size for f in work.rglob("*.pt"))
+
+
+def _csv_bytes(csv_path: Path) -> tuple:
+    nbytes = rows = both = 0
+    with open(csv_path, newline="", encoding="utf-8-sig") as fh:
+        for r in csv.DictReader(fh):
+            rows += 1
+            if r.get("NPU Name") in (None, "N/A") or r.get("Bench Name") in (None, "N/A"):
+                continue
+            try:
+                a = json.loads(r["NPU Tensor Shape"])
+                b = json.loads(r["Bench Tensor Shape"])
+            except (ValueError, TypeError):
+                continue
+            if not isinstance(a, list) or not isinstance(b, list) or r.get("Cosine") in ("unsupported", "N/A"):
+                continue
+            both += 1
+            nbytes += math.prod(a) * DTYPE_BYTES.get(r["NPU Dtype"], 4) + math.prod(b) * DTYPE_BYTES.get(r["Bench Dtype"], 4)
+    return rows, both, nbytes
+
+
+def run_msprobe(exe: str, work: Path, target: Path, golden: Path, extra=()) -> dict:
+    """Run ``msprobe compare`` once; bytes = tensor pairs it actually compared (rows with both sides)."""
+    out = work / "msprobe_out"
+    shutil.rmtree(out, ignore_errors=True)
+    t = time.perf_counter()
+    p = subprocess.run([exe, "compare", "-tp", str(target / "step0"), "-gp", str(golden / "step0"),
+                        "-o", str(out), *extra], capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    csvs = sorted(out.glob("compare_result*.csv"))
+    if p.returncode != 0 or not csvs:
+        err = [ln for ln in (p.stdout + p.stderr).splitlines() if "Error" in ln or "error" in ln.lower()]
+        return {"error": (err[-1] if err else (p.stdout + p.stderr)[-300:]).strip(), "wall_s": wall}
+    rows, both, nbytes = _csv_bytes(csvs[-1])
+    return {"wall_s": wall, "rows": rows, "rows_compared": both, "bytes": nbytes}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "dumps")
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--inter", type=int, default=5632)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--msprobe", default=shutil.which("msprobe"), help="msprobe executable (mindstudio-probe)")
+    a = ap.parse_args()
+    cfg_kw = {"vocab": a.vocab, "hidden": a.hidden, "inter": a.inter, "layers": a.layers, "heads": a.heads,
+              "kv_heads": a.kv_heads, "head_dim": a.hidden // a.heads, "seq": a.seq}
+    generate(a.workdir, cfg_kw)
+    total = dump_bytes(a.workdir)
+    pair = largest_pair_bytes(a.workdir)
+    print(f"pair: {cfg_kw}, bf16; .pt bytes on disk {total / 1e9:.3f} GB; largest compared tensor pair {pair / 1e6:.1f} MB")
+    base = child(CHILD_BASELINE)
+    an = child(CHILD_ANALYZE, str(a.workdir / "train"), str(a.workdir / "infer"))
+    st = child(CHILD_STATS, str(a.workdir / "train"), str(a.workdir / "infer"))
+    mib = 1024
+    print(f"baseline RSS (imports only): {base['peak_rss_kib'] / mib:.0f} MiB")
+    gbs = an["bytes"] / an["wall_s"] / 1e9
+    print(f"tilake analyze: {an['boundaries']} boundaries + {an['weights']} weight boundaries, {an['files']} tensor loads, "
+          f"{an['bytes'] / 1e9:.3f} GB in {an['wall_s']:.2f} s = {gbs:.2f} GB/s; peak RSS {an['peak_rss_kib'] / mib:.0f} MiB "
+          f"(+{(an['peak_rss_kib'] - base['peak_rss_kib']) / mib:.0f} MiB over baseline; 2x largest pair = {2 * pair / 2**20:.0f} MiB); "
+          f"verdict {an['verdict']}")
+    print(f"tilake tensor_stats (lake ingest, every tensor): {st['rows']} slots, {st['bytes'] / 1e9:.3f} GB in "
+          f"{st['wall_s']:.2f} s = {st['bytes'] / st['wall_s'] / 1e9:.2f} GB/s; peak RSS {st['peak_rss_kib'] / mib:.0f} MiB "
+          f"(+{(st['peak_rss_kib'] - base['peak_rss_kib']) / mib:.0f} MiB)")
+    if a.msprobe:
+        # 1) msprobe's own train/infer mode on the pair
+        cc = run_msprobe(a.msprobe, a.workdir, a.workdir / "train", a.workdir / "infer",
+                         ("--consistent_check", "--backend", "fsdp"))
+        if "error" in cc:
+            print(f"msprobe compare --consistent_check --backend fsdp (train vs infer): failed after {cc['wall_s']:.1f} s: {cc['error']}")
+        else:
+            print(f"msprobe compare --consistent_check --backend fsdp (train vs infer): {cc['rows_compared']} of {cc['rows']} "
+                  f"rows compared in {cc['wall_s']:.1f} s")
+        # 2) throughput anchor: plain compare of the training dump against itself (every row matches by
+        #    name, every tensor pair is read and compared)
+        ms = run_msprobe(a.msprobe, a.workdir, a.workdir / "train", a.workdir / "train")
+        if "error" in ms:
+            print(f"msprobe compare (train vs train) failed after {ms['wall_s']:.1f} s: {ms['error']}")
+        else:
+            mg = ms["bytes"] / ms["wall_s"] / 1e9
+            print(f"msprobe compare (train vs itself, throughput anchor): {ms['rows_compared']} of {ms['rows']} rows "
+                  f"compared, {ms['bytes'] / 1e9:.3f} GB in {ms['wall_s']:.2f} s = {mg:.3f} GB/s")
+            if mg > 0:
+                print(f"speed-up (GB/s): {gbs / mg:.1f}x (analysis) / {st['bytes'] / st['wall_s'] / 1e9 / mg:.1f}x "
+                      f"(tensor_stats); wall-clock: msprobe {ms['wall_s']:.1f} s vs tilake {an['wall_s']:.1f} s")
+        print(f"load average during the run: {os.getloadavg()}")
+    else:
+        print("msprobe not found (pip install mindstudio-probe, then pass --msprobe): no comparison run")
+
+
+if __name__ == "__main__":
+    main()
