@@ -1,0 +1,54 @@
+-- grain: run × side: capture health summed over ranks (captures by status, truncated sessions,
+-- kernels and host ops) and the side's evidence (device | host_fallback | evidence_missing).
+-- Incremental, keyed by run (runs.created_at is the version); removed runs are deleted.
+{{ config(
+    materialized='incremental',
+    unique_key='run_id',
+    incremental_strategy='delete+insert',
+    post_hook="delete from {{ this }} where run_id not in (select run_id from {{ ref('int_runs_versioned') }} where has_profile)"
+) }}
+with todo as (
+    select run_id, profile_registered_at as registered_at
+    from {{ ref('int_runs_versioned') }} v
+    where has_profile
+    {% if is_incremental() %}
+      and not exists (select 1 from {{ this }} t
+                      where t.run_id = v.run_id and t.registered_at = v.profile_registered_at)
+    {% endif %}
+),
+
+caps as (
+    select run_id, side,
+           count(*) as captures,
+           count(*) filter (where status = 'ok') as captures_ok,
+           count(*) filter (where status = 'host_fallback') as captures_host_fallback,
+           count(*) filter (where status = 'evidence_missing') as captures_evidence_missing,
+           count(*) filter (where status = 'unparsed') as captures_unparsed,
+           count(*) filter (where status = 'error') as captures_error,
+           count(*) filter (where coalesce(truncated, false)) as captures_truncated,
+           coalesce(sum(kernel_count), 0) as kernels,
+           coalesce(sum(host_op_count), 0) as host_ops
+    from {{ ref('fct_capture_health') }}
+    where run_id in (select run_id from todo)
+    group by run_id, side
+)
+
+select
+    e.run_id,
+    todo.registered_at,
+    e.side,
+    e.evidence,
+    e.ranks_seen,
+    e.ranks_usable,
+    coalesce(c.captures, 0) as captures,
+    coalesce(c.captures_ok, 0) as captures_ok,
+    coalesce(c.captures_host_fallback, 0) as captures_host_fallback,
+    coalesce(c.captures_evidence_missing, 0) as captures_evidence_missing,
+    coalesce(c.captures_unparsed, 0) as captures_unparsed,
+    coalesce(c.captures_error, 0) as captures_error,
+    coalesce(c.captures_truncated, 0) as captures_truncated,
+    coalesce(c.kernels, 0) as kernels,
+    coalesce(c.host_ops, 0) as host_ops
+from {{ ref('int_sides_evidenced') }} e
+join todo on todo.run_id = e.run_id
+left join caps c on c.run_id = e.run_id and c.side = e.side

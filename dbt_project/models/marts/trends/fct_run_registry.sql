@@ -1,0 +1,49 @@
+-- grain: one run. The run registry for trends: model, family, step, host, created_at, the common
+-- tool versions as columns (NULL = not recorded), tags, and the run's place in its family.
+with v as (
+    select * from {{ ref('int_runs_versioned') }}
+),
+
+tools as (
+    select run_id,
+           max(version) filter (where tool = 'torch-npu') as torch_npu,
+           max(version) filter (where tool = 'cann') as cann,
+           max(version) filter (where tool = 'vllm') as vllm,
+           max(version) filter (where tool = 'vllm-ascend') as vllm_ascend,
+           max(version) filter (where tool = 'megatron-core') as megatron_core,
+           max(version) filter (where tool = 'msprobe') as msprobe,
+           max(version) filter (where tool = 'torch') as torch
+    from {{ ref('int_run_tool_versions_unnested') }}
+    group by run_id
+)
+
+select
+    v.run_id,
+    v.has_profile,
+    v.has_dumps,
+    v.model_id,
+    v.model_family,
+    v.step,
+    v.host,
+    v.kind,
+    v.train_backend,
+    v.infer_backend,
+    v.created_at,
+    v.profile_registered_at,
+    v.dumps_registered_at,
+    t.torch_npu,
+    t.cann,
+    t.vllm,
+    t.vllm_ascend,
+    t.megatron_core,
+    t.msprobe,
+    t.torch,
+    v.tool_versions,
+    v.tags,
+    v.dump_verdict,
+    v.dump_consistency,
+    row_number() over (order by v.created_at, v.run_id) as run_seq,
+    row_number() over (partition by v.model_family order by v.created_at, v.run_id) as family_seq,
+    lag(v.run_id) over (partition by v.model_family order by v.created_at, v.run_id) as previous_run_id
+from v
+left join tools t on t.run_id = v.run_id
