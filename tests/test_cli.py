@@ -1,0 +1,63 @@
+"""The CLI through click's CliRunner: the README's main job, build, report and errors."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from tilake.cli import main
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    out = tmp_path_factory.mktemp("example")
+    r = CliRunner().invoke(main, ["example", "--out", str(out)], catch_exceptions=False)
+    return out, r
+
+
+def test_example_prints_summary_and_writes_outputs(example):
+    out, r = example
+    assert r.exit_code == 0, r.output
+    assert "comparison rows per grade" in r.output
+    counts = dict(re.findall(r"│ (🔴|🟠|🟡|🟢)[^│]*│\s+(\d+) │", r.output))
+    assert counts == {"🔴": "1", "🟠": "2", "🟡": "2", "🟢": "10"}
+    assert "train: evidence = device" in r.output and "infer: evidence = device" in r.output
+    for name in ("train_infer_op_diff_report.md", "operator_diff_table.csv", "megatron_runtime_ops.json",
+                 "vllm_runtime_ops.json", "op_diff_overview.png"):
+        assert (out / name).is_file(), name
+    md = (out / "train_infer_op_diff_report.md").read_text(encoding="utf-8")
+    assert "Qwen/Qwen3-0.6B" in md and "synthetic" in md  # honest about the bundled capture
+    assert "TP=1, PP=1, EP=1" in md
+
+
+def test_build_passes_its_own_tests(example):
+    out, _ = example
+    r = CliRunner().invoke(main, ["build", "--lake", str(out / "lake")])
+    assert r.exit_code == 0, r.output
+    m = re.search(r"dbt build: (\d+) nodes, (\d+) failed", r.output)
+    assert m and int(m.group(1)) > 30 and m.group(2) == "0"
+
+
+def test_report_command_english(example, tmp_path):
+    out, _ = example
+    r = CliRunner().invoke(main, ["report", "example-qwen3-0.6b-grpo", "--lake", str(out / "lake"),
+                                  "--out", str(tmp_path), "--lang", "en"])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "train_infer_op_diff_report.md").read_text(encoding="utf-8")
+    assert md.startswith("# Train–infer operator diff report — Qwen/Qwen3-0.6B")
+    ops = json.loads((tmp_path / "megatron_runtime_ops.json").read_text(encoding="utf-8"))
+    assert ops["side"] == "train" and ops["backend"] == "megatron" and ops["total_kernel_calls"] > 10000
+
+
+def test_report_unknown_run_is_one_line(example, tmp_path):
+    out, _ = example
+    r = CliRunner().invoke(main, ["report", "nope", "--lake", str(out / "lake"), "--out", str(tmp_path)])
+    assert r.exit_code == 2
+    assert r.output.strip().count("\n") == 0 and "run 'nope' is not in the warehouse" in r.output
+
+
+def test_report_without_warehouse(tmp_path):
+    r = CliRunner().invoke(main, ["report", "x", "--lake", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "run `tilake build` first" in r.output
