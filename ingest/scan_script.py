@@ -132,7 +132,7 @@ class _Lexer:
                     wstart = self.i
                     self._read_word()
                     target = s[wstart:self.i]
-                if op.endswith("<<") or op.endswith("<<-"):
+                if (op.endswith("<<") or op.endswith("<<-")) and not op.endswith("<<<"):
                     delim = target.strip("'\"")
                     if delim:
                         self.heredocs.append((delim, op.endswith("-")))
@@ -264,6 +264,16 @@ class _Multi(list):
     """Result of ``${ARR[@]}`` / ``$@``: several fields."""
 
 
+class _Maybe:
+    """Array elements appended inside a conditional block: zero or more fields, keys known."""
+
+    __slots__ = ("keys", "reason")
+
+    def __init__(self, keys: List[str], reason: str) -> None:
+        self.keys = keys
+        self.reason = reason
+
+
 class Shell:
     """Variable state plus word expansion (no execution).
 
@@ -278,6 +288,7 @@ class Shell:
         self.exported = set(env)
         self.args = list(args)
         self.script_name = script_name
+        self.maybe_hits: List[_Maybe] = []
 
     # ---------------------------------------------------------------- parameters
     def lookup(self, name: str) -> Any:
@@ -416,7 +427,8 @@ class Shell:
                 state["content"] = True
                 return
             if isinstance(value, _Multi):
-                items = list(value)
+                self.maybe_hits.extend(it for it in value if isinstance(it, _Maybe))
+                items = [it for it in value if not isinstance(it, _Maybe)]
                 if not quoted:
                     items = [p for it in items for p in (it.split() if isinstance(it, str) else [it])]
                 for k, it in enumerate(items):
@@ -724,6 +736,8 @@ _PASSTHROUGH_RAW = {"$@", '"$@"', "$*", '"$*"', "${@}", '"${@}"'}
 def _plain(v: Any) -> Any:
     if isinstance(v, Unknown):
         return UNKNOWN
+    if isinstance(v, _Maybe):
+        return "unknown (conditional: " + ", ".join(v.keys) + ")"
     if isinstance(v, list):
         return [_plain(x) for x in v]
     return v
@@ -788,6 +802,12 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
         # array assignments (possibly several: A=(..) B=(..))
         if cmd.arrays and not words:
             for arr in cmd.arrays:
+                old = shell.vars.get(arr.name)
+                if uncertain and arr.append and isinstance(old, list) and not cmd.in_function:
+                    keys = [m.group(1) for m in (_KEY_RAW_RE.match(e.raw) for e in arr.elements) if m]
+                    shell.vars[arr.name] = list(old) + [_Maybe(keys, f"{arr.name}+=( ... ) inside {where} "
+                                                                     f"(line {cmd.line}) may set it")]
+                    continue
                 if uncertain:
                     shell.vars[arr.name] = Unknown(f"{arr.name} assigned inside {where} (line {cmd.line})")
                     continue
@@ -906,6 +926,7 @@ def _build_launch(cmd: Command, idx: int, shell: Shell, text: str) -> LaunchComm
     passthrough = False
     arg_tokens = cmd.words[idx + 1:]
     last_arg: Optional[Token] = None
+    shell.maybe_hits = []
     expect_config_name = False
     for t in arg_tokens:
         if t.raw in _PASSTHROUGH_RAW:
@@ -932,6 +953,9 @@ def _build_launch(cmd: Command, idx: int, shell: Shell, text: str) -> LaunchComm
             m = re.match(r"^[+]{0,2}([A-Za-z0-9_.@/\-]+)=(.*)$", f, re.S)
             if m:
                 overrides[m.group(1)] = m.group(2)
+    for maybe in shell.maybe_hits:
+        for key in maybe.keys:
+            overrides[key.lstrip("+")] = Unknown(maybe.reason, key=key.lstrip("+"))
     anchor = last_arg or cmd.words[idx]
     insert_at = anchor.end
     indent = None

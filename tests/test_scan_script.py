@@ -92,6 +92,22 @@ def test_seed_style_profiler_block_is_recognised():
     assert parse_script(DATA / "grpo_qwen3_megatron_vllm_prof.sh", env=env).profiler["save_path"] == "/data/po"
 
 
+def test_tricky_bash_constructs():
+    p = parse_script(DATA / "grpo_fsdp_tricky_bash.sh", env=ENV)
+    c, ov = p.config, p.config["hydra_overrides"]
+    assert (c["train_backend"], c["infer_backend"], c["infer_tp"], c["rollout_n"]) == ("fsdp2", "vllm", 2, 4)
+    assert c["rollout_enforce_eager"] is False and c["total_training_steps"] == 10 and c["n_gpus_per_node"] == 4
+    assert ov["actor_rollout_ref.actor.grad_acc"] == "16"                       # $((64 / 4 / 1))
+    assert ov["actor_rollout_ref.rollout.max_model_len"] == "1537"
+    assert ov["actor_rollout_ref.actor.fsdp_config.param_offload"] == "True"    # trailing comment dropped
+    assert ov["actor_rollout_ref.actor.fsdp_config.wrap_modules"] == "['model.layers.{*}',     'lm_head']"
+    assert ov["actor_rollout_ref.actor.profiler.ranks"] == UNKNOWN               # built in a for loop
+    assert ov["actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend"] == UNKNOWN  # conditional +=
+    assert ov["trainer.experiment_name"] == UNKNOWN and ov["global_profiler.steps"] == "[2]"
+    assert p.profiler["present"] and p.profiler["save_path"] == "./profile_data/run1"
+    assert p.launch.line == 95 and c["visible_devices"] == "0,1,2,3"
+
+
 def test_positional_args_reach_the_launch_command():
     p = parse_script(DATA / "grpo_qwen3_megatron_vllm.sh", env=ENV, args=["data.train_batch_size=64"])
     assert p.config["train_batch_size"] == 64
@@ -155,7 +171,8 @@ def _bash_argv(script: Path, tmp_path: Path, args=()):
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash not available")
 @pytest.mark.parametrize("name", ["grpo_qwen3_megatron_vllm.sh", "grpo_qwen25_fsdp_vllm.sh",
-                                  "grpo_qwen3_moe_megatron_prof.sh", "grpo_qwen3_megatron_vllm_prof.sh"])
+                                  "grpo_qwen3_moe_megatron_prof.sh", "grpo_qwen3_megatron_vllm_prof.sh",
+                                  "grpo_fsdp_tricky_bash.sh"])
 def test_parser_agrees_with_bash(name, tmp_path):
     """What bash really passes to `python3 -m verl...` equals the parser's fields (unknowns aside)."""
     script = tmp_path / name
