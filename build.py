@@ -50,7 +50,7 @@ class BuildResult:
 
 def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]] = None,
               full_refresh: bool = False, extra: Optional[Sequence[str]] = None,
-              hold_lock: bool = True) -> BuildResult:
+              hold_lock: bool = True, progress: bool = True) -> BuildResult:
     """Run ``dbt <command>`` (build by default) on ``lake``; returns a :class:`BuildResult`.
 
     Args:
@@ -75,8 +75,13 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         args.append("--full-refresh")
     args += list(extra or [])
     ctx = lake.locked() if hold_lock else contextlib.nullcontext()
-    with ctx, _env(TILAKE_LAKE=str(lake.root), DBT_SEND_ANONYMOUS_USAGE_STATS="false",
-                   DO_NOT_TRACK="1"):
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    status = (console.status(f"dbt {command}: seeds, models and tests of {lake.root.name} …")
+              if progress and console.is_terminal else contextlib.nullcontext())
+    with ctx, status, _env(TILAKE_LAKE=str(lake.root), DBT_SEND_ANONYMOUS_USAGE_STATS="false",
+                           DO_NOT_TRACK="1"):
         res = dbtRunner().invoke(args)
     if res.exception is not None:
         raise TilakeError(f"dbt {command} could not run: {res.exception}", path=PROJECT_DIR)
