@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import TilakeError
 from . import maps as M
-from .numerics import compare
+from .numerics import compare, torch_threads
 from .reader import DumpSide
 
 NOT_COMPARED = ("evidence_missing", "MISSING")
@@ -611,6 +611,11 @@ def analyze_pair(rounds: Sequence[RoundInput], bmap: dict, pairing: Optional[dic
     Raises:
         TilakeError: unreadable dumps (see :class:`Pair`).
     """
+    with torch_threads():
+        return _analyze_pair(rounds, bmap, pairing, task_card, progress, logprob)
+
+
+def _analyze_pair(rounds, bmap, pairing, task_card, progress, logprob) -> Analysis:
     cfg = bmap.get("classification") or {}
     an = Analysis(map_name=Path(bmap.get("_path", "map")).stem, reference_side=bmap.get("reference_side", "train"))
     isolated: List[str] = []

@@ -15,7 +15,7 @@ from ..dump_schema import DUMP_OWNED
 from ..errors import TilakeError
 from ..lake import Lake
 from .analyze import Analysis, RoundInput
-from .numerics import tensor_stats
+from .numerics import tensor_stats, torch_threads
 from .reader import DumpSide
 
 
@@ -26,6 +26,11 @@ def _j(v) -> Optional[str]:
 def stats_rows(dump: DumpSide, side: str, round_no: int,
                progress: Optional[Callable[[int, int], None]] = None) -> List[dict]:
     """One ``tensor_stats`` row per tensor slot of ``dump`` (reads each ``.pt`` once)."""
+    with torch_threads():
+        return _stats_rows(dump, side, round_no, progress)
+
+
+def _stats_rows(dump: DumpSide, side: str, round_no: int, progress) -> List[dict]:
     rows = []
     seen: Dict[str, dict] = {}
     n = len(dump.slots)
