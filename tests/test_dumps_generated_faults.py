@@ -136,3 +136,39 @@ def test_stub_instruction_matches_msprobe_load(base, tmp_path):
     load = si["msprobe_config"]["load"]
     assert load["modules"] == [m["target_entry"]] and load["dump_after_load"] is True
     assert set(load) == {"path", "modules", "step", "rank", "dump_after_load"}
+
+
+def test_cli_stub_round_trip(base, tmp_path):
+    from click.testing import CliRunner
+
+    from tilake.cli import main
+
+    cfg, w, root = base
+    G.dump_infer(cfg, tmp_path / "r0", "weight_row", w=w)
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "train"), "--infer", str(tmp_path / "r0"),
+                                  "--out", str(tmp_path / "out0"), "--no-charts"])
+    assert r.exit_code == 0, r.output
+    assert "L1.gate_proj.out" in r.output and "logic-level" in r.output
+    instr = tmp_path / "out0" / "stub_instruction.json"
+    r = CliRunner().invoke(main, ["dumps", "stub-prepare", "--train", str(root / "train"), "--infer",
+                                  str(tmp_path / "r0"), "--instruction", str(instr), "--out", str(tmp_path / "stub1")])
+    assert r.exit_code == 0, r.output
+    cfg_json = json.loads((tmp_path / "stub1" / "msprobe_config.json").read_text())
+    assert cfg_json["task"] == "tensor" and cfg_json["load"]["dump_after_load"] is True
+    src = Path(cfg_json["load"]["path"]) / "step0" / "rank0" / "dump_tensor_data"
+    assert (src / "Module.model.layers.1.mlp.act_fn.SiluAndMul.forward.0.input.0.pt").is_file()
+    G.dump_infer(cfg, tmp_path / "r1", "weight_row", w=w, load=cfg_json["load"])
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "train"), "--infer", str(tmp_path / "r0"),
+                                  "--round", str(root / "train"), str(tmp_path / "r1"),
+                                  "--out", str(tmp_path / "out1"), "--no-charts"])
+    assert r.exit_code == 0, r.output
+    src1 = json.loads((tmp_path / "out1" / "report_source.json").read_text())
+    assert [x["outcome"] for x in src1["rounds"]] == ["stub_needed", "downstream_all_exact"]
+    assert src1["stub_instruction"]["needed"] is False
+    md = (tmp_path / "out1" / "alignment_report.md").read_text()
+    assert "round 1: outcome `downstream_all_exact`; stub verification: effective" in md
+    # a finished instruction cannot be prepared again
+    r = CliRunner().invoke(main, ["dumps", "stub-prepare", "--train", str(root / "train"), "--infer",
+                                  str(tmp_path / "r0"), "--instruction", str(tmp_path / "out1" / "stub_instruction.json"),
+                                  "--out", str(tmp_path / "stub2")])
+    assert r.exit_code == 2 and "no further round is needed" in r.output
