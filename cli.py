@@ -296,6 +296,115 @@ def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang,
 
 # --- runs / sql / trend (across runs) --------------------------------------------------------
 
+@main.group("runs", invoke_without_command=True)
+@LAKE_OPTION
+@click.pass_context
+def runs_group(ctx, lake_path) -> None:
+    """List the runs of the lake (rich table); `runs rm RUN` removes one, `runs diff A B` compares two."""
+    ctx.obj = {"lake_path": lake_path}
+    if ctx.invoked_subcommand is None:
+        from .ingest.runs_registry import list_runs, print_runs
+
+        print_runs(list_runs(_lake(lake_path)))
+
+
+@runs_group.command("rm")
+@click.argument("run_id")
+@click.option("--no-build", is_flag=True, help="Only remove the partitions; rebuild later with `tilake build`.")
+@LAKE_OPTION
+@click.pass_context
+def runs_rm(ctx, run_id, no_build, lake_path) -> None:
+    """Remove RUN_ID's partitions from every raw table and rebuild the warehouse (swapped in atomically)."""
+    from .ingest.runs_registry import remove_run
+
+    tables, res = remove_run(_lake(lake_path or ctx.obj.get("lake_path")), run_id, rebuild=not no_build)
+    click.echo(f"removed run {run_id} from {len(tables)} table(s): {', '.join(tables)}")
+    if res is not None:
+        click.echo(f"rebuilt: {len(res.nodes)} dbt nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
+        if not res.success:
+            raise TilakeError("dbt build failed after removing the run: "
+                              + "; ".join(f"{n[0]}: {n[3].splitlines()[0] if n[3] else n[2]}" for n in res.failures[:3]))
+
+
+@runs_group.command("diff")
+@click.argument("base_run_id")
+@click.argument("run_id")
+@LAKE_OPTION
+@click.pass_context
+def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
+    """What changed from BASE_RUN_ID to RUN_ID: kernels added/removed, grades, first divergence."""
+    from .ingest.runs_registry import diff_runs
+    from .ingest.runs_sql import print_result
+
+    out = diff_runs(_lake(lake_path or ctx.obj.get("lake_path")), base_run_id, run_id)
+    for name, (cols, rows) in out.items():
+        click.echo(f"{name}: {base_run_id} -> {run_id}")
+        if name == "divergence" and not rows:
+            click.echo("evidence_missing: neither run has a dump analysis (tilake dumps analyze --run-id)")
+            continue
+        print_result(cols, rows)
+
+
+@main.command("sql")
+@click.argument("query", required=False)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="table prints to the terminal; csv/json/parquet write --output.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File for --format csv|json|parquet (never inside the lake).")
+@click.option("--max-rows", type=int, default=200, show_default=True, help="Rows shown in the terminal table.")
+@LAKE_OPTION
+def sql_cmd(query, fmt, output, max_rows, lake_path) -> None:
+    """Read-only SQL over the warehouse marts (raw tables as raw_<table>); no QUERY opens a shell."""
+    from .ingest import runs_sql
+
+    lake = _lake(lake_path)
+    if query is None:
+        if fmt != "table" or output:
+            raise TilakeError("--format/--output need a QUERY")
+        sys.exit(runs_sql.open_shell(lake))
+    if fmt == "table":
+        if output:
+            raise TilakeError("--output needs --format csv, json or parquet")
+        cols, rows = runs_sql.query(lake, query)
+        runs_sql.print_result(cols, rows, max_rows)
+        return
+    if output is None:
+        raise TilakeError(f"--format {fmt} needs --output FILE")
+    n = runs_sql.export(lake, query, fmt, output)
+    click.echo(f"wrote {n} row(s) to {output}")
+
+
+@main.command("trend")
+@click.option("--metric", "-m", default=None, help="Trend name (reports/queries/trend_<name>.sql); --list shows them.")
+@click.option("--by", "by", default="model_family", show_default=True,
+              help="Series: none, model_family, model_id, host, train_backend, infer_backend, kind, "
+                   "tool:<name>, tag:<key>, or several joined by commas.")
+@click.option("--x", "x", type=click.Choice(["run", "step", "created_at"]), default="run", show_default=True,
+              help="x axis: registration order, training step or registration time.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNG chart path (default trend_<metric>_by_<by>.png in the current folder).")
+@click.option("--no-chart", is_flag=True, help="Only print the table and sparklines.")
+@click.option("--list", "list_only", is_flag=True, help="List the named trends.")
+@LAKE_OPTION
+def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path) -> None:
+    """A named trend across runs as a table with sparklines and a PNG line chart."""
+    import re as _re
+
+    from .reports import trends
+
+    if list_only or not metric:
+        for name, d in trends.trend_defs().items():
+            click.echo(f"{name:24} {d.title}" + (f" [{d.unit}]" if d.unit else ""))
+        if not list_only:
+            raise TilakeError("give --metric NAME (one of the trends above)")
+        return
+    res = trends.compute_trend(_lake(lake_path), metric, by, x)
+    trends.print_trend(res)
+    if not no_chart and res.series:
+        out = output or Path(f"trend_{metric}_by_{_re.sub(r'[^A-Za-z0-9._-]+', '_', by)}.png")
+        click.echo(f"chart: {trends.plot_trend(res, out)}")
+
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()
