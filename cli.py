@@ -228,20 +228,21 @@ def dumps_probe(train, infer, json_out) -> None:
               help="TRAIN INFER dumps of the next stub round (repeatable, in round order).")
 @click.option("--card", "card", multiple=True, help="Task-card fact key=value (model, hardware, train_tp, goal, ...).")
 @click.option("--request-index", type=int, default=None, help="Row of the request in a batched inference tensor.")
+@click.option("--request-tokens", default=None, help="START:END rows of the request in a token-major inference batch.")
 @click.option("--cu-seqlens", default=None, help="Packed-sequence boundaries, e.g. 0,5,13 (to unpad a padded side).")
 @click.option("--logprob-json", type=click.Path(path_type=Path), default=None, help="Measured prefill log-prob diff {mean,max,std,source}.")
 @click.option("--run-id", default=None, help="Also write the analysis into the lake under this run id.")
 @LAKE_OPTION
 @click.option("--build/--no-build", default=False, help="Build the dump marts (dbt) after writing the lake.")
 @click.option("--charts/--no-charts", default=True, help="Embed charts in the HTML report.")
-def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, cu_seqlens, logprob_json,
-                  run_id, lake_path, build, charts) -> None:
+def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, request_tokens, cu_seqlens,
+                  logprob_json, run_id, lake_path, build, charts) -> None:
     """Compare two dumps boundary by boundary; write reports and the stub instruction."""
     from .ingest.dumps.run import run_analyze
     from .ingest.dumps.report_cli import print_summary
 
     print_summary(run_analyze(train, infer, out_dir, map_name, rounds, card, request_index, cu_seqlens,
-                              logprob_json, lake_path, run_id, build, charts))
+                              logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens))
 
 
 @dumps_group.command("stub-prepare")

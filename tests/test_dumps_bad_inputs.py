@@ -205,3 +205,26 @@ def test_construct_variants(tmp_path, variant):
         assert side.parents["Module.m.Top.forward.0"] is None
         assert side.construct_variant == variant
         assert side.warnings == []  # completion order (child before parent) is not "out of order"
+
+
+def test_request_rows_cut_from_a_batched_inference_tensor(tmp_path):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(8, 16, generator=g).to(torch.bfloat16)
+    batch = torch.randn(20, 16, generator=g).to(torch.bfloat16)
+    batch[6:14] = x
+    b3 = torch.randn(3, 8, 16, generator=g).to(torch.bfloat16)
+    b3[2] = x
+    write_dump(tmp_path / "train", [("Module.m.A.Lin.forward.0", None, {"output": [x.unsqueeze(0)]})])
+    write_dump(tmp_path / "infer", [("Module.m.A.Lin.forward.0", None, {"output": [batch]}),
+                                    ("Module.m.B.Lin.forward.0", None, {"output": [b3]})])
+    mp = write_map(tmp_path / "m.yaml", [bnd("tok", sel("m.A.Lin"), sel("m.A.Lin")),
+                                         bnd("row", sel("m.A.Lin"), sel("m.B.Lin"))])
+    bm = M.load_map(str(mp))
+    an = A.analyze_pair([A.RoundInput(tmp_path / "train", tmp_path / "infer")], bm)
+    # without the pairing: token rows differ (SHAPE_DIFF); a batch vs one request is refused like padding
+    assert [r["status"] for r in an.boundary_rows] == ["SHAPE_DIFF", "evidence_missing"]
+    an = A.analyze_pair([A.RoundInput(tmp_path / "train", tmp_path / "infer")], bm,
+                        pairing={"request_tokens": [6, 14], "request_index": 2})
+    r = {x["boundary"]: x for x in an.boundary_rows}
+    assert r["tok"]["status"] == "EXACT" and "infer: request tokens [6:14] of [20, 16]" in r["tok"]["notes"]
+    assert r["row"]["status"] == "EXACT" and "infer: request row 2 of batch [3, 8, 16]" in r["row"]["notes"]

@@ -104,6 +104,30 @@ def _unify(a, b, notes: List[str]):
     return a, b
 
 
+def _select_request(tens: Dict[str, Any], pairing: dict, notes: List[str]) -> None:
+    """Cut the paired request out of a batched inference tensor when the pairing says where it is.
+
+    ``request_tokens: [a, b]`` slices rows ``a:b`` of a token-major ``[T, ...]`` inference tensor that
+    has more rows than the training one (continuous batching); ``request_index: i`` selects row ``i``
+    of a ``[B, ...]`` inference tensor whose other dims match the training tensor.
+    """
+    t, r = tens.get("infer"), tens.get("train")
+    if t is None or r is None or t.dim() == 0:
+        return
+    rs = [d for d in r.shape if d != 1] if r.dim() else []
+    rng = pairing.get("request_tokens")
+    if rng and t.dim() >= 1 and rs and t.shape[0] > rs[0]:
+        a, b = int(rng[0]), int(rng[1])
+        if b <= t.shape[0]:
+            tens["infer"] = t[a:b]
+            notes.append(f"infer: request tokens [{a}:{b}] of {list(t.shape)}")
+            return
+    idx = pairing.get("request_index")
+    if idx is not None and t.dim() >= 2 and t.shape[0] > 1 and [d for d in t.shape[1:] if d != 1] == rs:
+        tens["infer"] = t[int(idx)]
+        notes.append(f"infer: request row {idx} of batch {list(t.shape)}")
+
+
 def _padded_vs_packed(a, b) -> bool:
     """True when one tensor looks padded ``[B>1, S, ...]`` and the other packed ``[T, ...]``/``[1, T, ...]``."""
     def packed(t):
@@ -159,6 +183,7 @@ def compare_boundary(pair: Pair, b: M.Boundary, round_no: int = 0, isolated: Seq
     except M.Unavailable as exc:
         row.update(status=exc.status, reason=exc.reason)
         return row
+    _select_request(tens, pair.pairing, row["notes"])
     a, o = tens[pair.ref], tens[pair.other]
     for s in M.SIDES:
         row[f"{s}_shape"] = list(tens[s].shape)

@@ -72,7 +72,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
                 request_index: Optional[int] = None, cu_seqlens: Optional[str] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
                 run_id: Optional[str] = None, build: bool = False, charts: bool = True,
-                show_progress: bool = True) -> Dict[str, Any]:
+                show_progress: bool = True, request_tokens: Optional[str] = None) -> Dict[str, Any]:
     """Analyse a pair (+ stub rounds) and write every output. Returns a summary dict.
 
     Raises:
@@ -82,6 +82,12 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     pairing: Dict[str, Any] = {}
     if request_index is not None:
         pairing["request_index"] = int(request_index)
+    if request_tokens:
+        try:
+            a, b = (int(x) for x in str(request_tokens).split(":"))
+        except ValueError:
+            raise TilakeError(f"--request-tokens must be START:END, got {request_tokens!r}")
+        pairing["request_tokens"] = [a, b]
     if cu_seqlens:
         try:
             pairing["cu_seqlens"] = [int(x) for x in str(cu_seqlens).split(",")]
