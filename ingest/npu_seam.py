@@ -169,6 +169,7 @@ class TorchNpuSeam(NpuSeam):
     def __init__(self, python: Optional[str] = None) -> None:
         self.python = python
         self._probe: Optional[NpuProbe] = None
+        self._probe_key: Optional[tuple] = None
 
     def probe(self, env: Mapping[str, str], python: Optional[str] = None) -> NpuProbe:
         """Import torch/torch_npu in the launch script's interpreter and look for msprof.
@@ -178,7 +179,11 @@ class TorchNpuSeam(NpuSeam):
             python: interpreter to probe (default: ``python3`` on that PATH, else this one).
         """
         exe = python or self.python or resolve_python("python3", env) or sys.executable
+        key = (exe, env.get("PATH", ""))
+        if self._probe is not None and self._probe_key == key:
+            return self._probe            # one probe per interpreter and PATH (it imports torch)
         self.python = exe
+        self._probe_key = key
         pr = NpuProbe(seam=self.name, real=True, python=exe)
         try:
             cp = subprocess.run([exe, "-c", _PROBE_PROGRAM, *PACKAGES], env=dict(env), capture_output=True,

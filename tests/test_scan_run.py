@@ -64,7 +64,7 @@ def _kernels(lake: Lake, rid: str) -> int:
         con.close()
 
 
-def test_full_scan_and_rescan_replaces_the_run(job):
+def test_full_scan_and_rescan_replaces_the_run(job, monkeypatch):
     script, env, tmp = job
     original = script.read_bytes()
     lake = Lake(tmp / "lake")
@@ -103,11 +103,20 @@ def test_full_scan_and_rescan_replaces_the_run(job):
     kernels = _kernels(lake, rid)
     assert kernels > 0
 
-    # second scan of the same script: no new injection, same run id, partitions replaced
-    res2 = scan(script, lake, out_dir=tmp / "out", env=env, seam=StandInSeam())
-    assert res2.diff == "" and script.read_text() == text
-    assert res2.run_id == rid and res2.backup != res.backup        # backup of the injected script
-    assert [r[0] for r in _runs(lake)] == [rid] and _kernels(lake, rid) == kernels
+    # second scan of the same script, through the CLI, with the host-side fallback on the
+    # inference side: no new injection, same run id, the run's partitions are replaced
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(npu_seam, "get_seam", lambda: StandInSeam({"plain": "empty_cti"}))
+    r = CliRunner().invoke(main, ["scan", str(script), "--lake", str(lake.root), "--out", str(tmp / "out2")])
+    assert r.exit_code == 0, r.output
+    assert "host-side fallback, not device" in r.output and "status: host_fallback" in r.output
+    assert f"run id: {rid}" in r.output and script.read_text() == text and "(identical backup reused)" not in r.output
+    assert "host 侧备选，非 device 侧" in (tmp / "out2" / "train_infer_op_diff_report.md").read_text()
+    rows = _runs(lake)
+    assert [row[0] for row in rows] == [rid]
+    assert json.loads(rows[0][3])["stage3"]["sides"]["infer"]["status"] == "host_fallback"
+    assert 0 < _kernels(lake, rid) != kernels          # replaced by the new capture, not added to the old one
 
 
 def test_fallback_3_skips_comparison_and_keeps_lake(job):
@@ -211,18 +220,6 @@ def test_dry_run_writes_nothing(job):
 
 
 # ------------------------------------------------------------------------------ CLI
-def test_cli_scan_host_fallback(job, monkeypatch):
-    script, env, tmp = job
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setattr(npu_seam, "get_seam", lambda: StandInSeam({"plain": "empty_cti"}))
-    r = CliRunner().invoke(main, ["scan", str(script), "--lake", str(tmp / "lake"), "--out", str(tmp / "out")])
-    assert r.exit_code == 0, r.output
-    assert "host-side fallback, not device" in r.output and "status: host_fallback" in r.output
-    rep = (tmp / "out" / "train_infer_op_diff_report.md").read_text()
-    assert "host 侧备选，非 device 侧" in rep
-
-
 def test_cli_from_output_uses_the_scripts_run_id(tmp_path):
     from tilake.ingest import synth
 
