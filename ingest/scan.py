@@ -262,8 +262,9 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
         write_script(parsed.path, plan.new_text)
         check = parse_script(parsed.path, env=env, args=script_args)
         if not check.profiler["present"] or not any("PROFILER[" in w.raw for w in check.launch.words):
-            raise ScanStopped("the profiler block was written but does not reach the launch command",
-                              path=parsed.path, hint=f"restore {backup.name} and add it by hand")
+            write_script(parsed.path, backup.read_bytes().decode("utf-8"))     # put the original back
+            raise ScanStopped("the profiler block did not reach the launch command; the script was restored "
+                              f"from {backup.name}", path=parsed.path, hint="add the PROFILER block by hand")
         parsed = res.parsed = check
         console.print(Panel(Text(plan.reason), title="stage 2 · profiler block"))
         _print_diff(console, res.diff)
@@ -420,7 +421,7 @@ def write_skipped_report(st: Stage3, out_dir: Path, run_id: str, meta: Dict[str,
     L.append("")
     L.append(f"## 1. {'元信息' if zh else 'Metadata'}")
     L.append("")
-    L.append("| | |")
+    L.append("| 项 | 值 |" if zh else "| Item | Value |")
     L.append("|---|---|")
     for k in ("model_id", "model_family", "train_backend", "infer_backend", "script_path", "collection_method"):
         L.append(f"| {k} | {meta.get(k, UNKNOWN)} |")
@@ -431,7 +432,8 @@ def write_skipped_report(st: Stage3, out_dir: Path, run_id: str, meta: Dict[str,
     L.append("")
     L.append(f"## 2. {'算子证据来源' if zh else 'Evidence sources'}")
     L.append("")
-    L.append("| side | status | path | DB | COMPUTE_TASK_INFO rows | fallback | note |")
+    L.append("| 路径侧 | 状态 | 目录 | DB | COMPUTE_TASK_INFO 行数 | 兜底 | 说明 |" if zh else
+             "| side | status | path | DB | COMPUTE_TASK_INFO rows | fallback | note |")
     L.append("|---|---|---|---|---:|---|---|")
     for s in st.sources:
         L.append(f"| {s.side} | {s.label or s.status} | `{s.path}` | {s.db or '—'} | "
