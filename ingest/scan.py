@@ -293,7 +293,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
         raise ScanStopped(f"stage 3 stopped: the RL script failed ({what}); log kept at {run.log_path}; "
                           f"partial output kept in {output_dir} (usable captures: {found}); the lake was not changed",
                           path=parsed.path)
-    st = collect(output_dir, seam, probe, env, run_analyse=True)
+    st = collect(output_dir, seam, probe, env, run_analyse=True, console=console if progress else None)
     st.run = _run_record(run)
     res.stage3 = st
     write_stage3(st, output_dir / STAGE3_FILE)

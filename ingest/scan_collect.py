@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from rich.console import Console
+
 from .npu_seam import NpuProbe, NpuSeam
 
 STAGE3_FILE = "tilake_scan_stage3.json"
@@ -227,7 +229,7 @@ def _check_db(st: Stage3, side: str, pt: Path, root: Path, after: str) -> Tuple[
 
 
 def collect(output_dir: Path, seam: NpuSeam, probe: Optional[NpuProbe], env: Optional[Mapping[str, str]] = None,
-            run_analyse: bool = True) -> Stage3:
+            run_analyse: bool = True, console: Optional[Console] = None) -> Stage3:
     """Verify a verl ``profiler_output`` tree and parse raw folders, with the fallback chain.
 
     Args:
@@ -235,6 +237,7 @@ def collect(output_dir: Path, seam: NpuSeam, probe: Optional[NpuProbe], env: Opt
         seam: NPU seam used for ``analyse()``. probe: its probe (``analyse_export_type`` decides
             whether fallback 1 is possible; None = try it).
         run_analyse: False records what is there without parsing anything (``--from-output``).
+        console: shows a spinner while ``analyse()`` runs (it can take minutes on a real capture).
     Returns:
         :class:`Stage3` (also written to ``<output_dir>/tilake_scan_stage3.json`` by the caller).
     """
@@ -259,7 +262,7 @@ def collect(output_dir: Path, seam: NpuSeam, probe: Optional[NpuProbe], env: Opt
                                       label="device" if n else "evidence_missing", note=note))
     for side, group in (("train", train), ("infer", infer)):
         for pt in group:
-            st.sources.append(_one(st, side, pt, root, seam, probe, env, run_analyse))
+            st.sources.append(_one(st, side, pt, root, seam, probe, env, run_analyse, console))
     if not infer:
         st.sources.append(SourceState("infer", "agent_loop_rollout_replica_*", "failed",
                                       note="no *_ascend_pt folder under agent_loop_rollout_replica_*: the rollout "
@@ -274,8 +277,16 @@ def _infer_path(p: Path, root: Path) -> bool:
     return any(h in head for h in ("rollout", "agent_loop", "vllm", "generate"))
 
 
+def _analyse(seam: NpuSeam, pt: Path, export_type, log: Path, env, console: Optional[Console]):
+    what = f"analyse({pt.name}{', export_type=' + str(export_type) if export_type else ''}) via {seam.name} …"
+    if console is None:
+        return seam.analyse(pt, export_type, log, env)
+    with console.status(what):
+        return seam.analyse(pt, export_type, log, env)
+
+
 def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Optional[NpuProbe],
-         env: Optional[Mapping[str, str]], run_analyse: bool) -> SourceState:
+         env: Optional[Mapping[str, str]], run_analyse: bool, console: Optional[Console] = None) -> SourceState:
     rel = _rel(pt, root)
     db, n, note = _check_db(st, side, pt, root, "(as collected)")
     if n:
@@ -287,7 +298,7 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
     logs = root / "tilake_scan_logs"
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", rel)
     if db is None and run_analyse and _is_raw(pt):
-        res = seam.analyse(pt, None, logs / f"analyse_{safe}.log", env)
+        res = _analyse(seam, pt, None, logs / f"analyse_{safe}.log", env, console)
         _scan_warnings(st, res.log_path)
         st.op(side, rel, f"analyse('{rel}')", "ok" if res.ok else "failed", res.error or "", log=res.log_path)
         db, n, note = _check_db(st, side, pt, root, "after analyse()")
@@ -300,7 +311,7 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
                       "this torch_npu's analyse() has no export_type parameter (needs >= 7.1.0 / CANN 8.2.RC1)",
                       fallback="1: export_type=['db']")
             else:
-                res = seam.analyse(pt, ["db"], logs / f"analyse_db_{safe}.log", env)
+                res = _analyse(seam, pt, ["db"], logs / f"analyse_db_{safe}.log", env, console)
                 _scan_warnings(st, res.log_path)
                 st.op(side, rel, f"analyse('{rel}', export_type=['db'])", "ok" if res.ok else
                       ("skipped" if res.unsupported else "failed"), res.error or "",

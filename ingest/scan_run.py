@@ -134,7 +134,8 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
         def reader() -> None:
             assert proc.stdout is not None
             for raw in iter(proc.stdout.readline, b""):
-                lines.put(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                lines.put(text.split("\r")[-1] if "\r" in text else text)   # progress bars redraw with \r
             lines.put(None)
 
         th = threading.Thread(target=reader, daemon=True)
