@@ -38,6 +38,7 @@ STAGE3_FILE = "tilake_scan_stage3.json"
 FORMAT = "tilake-scan-stage3/1"
 HOST_FALLBACK_LABEL = "host-side fallback, not device"
 HOST_CSVS = ("api_statistic.csv", "operator_details.csv")
+DEVICE_CSVS = ("kernel_details.csv", "op_statistic.csv")
 
 #: (pattern, explanation) of analyse() warnings that are normal for export_type=Text captures (seed §3.3)
 KNOWN_WARNINGS: List[Tuple[str, str]] = [
@@ -95,6 +96,19 @@ def _host_csv(pt_dir: Path) -> Optional[Path]:
     return None
 
 
+def _device_csv(pt_dir: Path) -> Optional[Path]:
+    """``kernel_details.csv`` / ``op_statistic.csv`` with rows: device-side rows in text form."""
+    out = pt_dir / "ASCEND_PROFILER_OUTPUT"
+    for name in DEVICE_CSVS:
+        p = out / name
+        try:
+            if p.is_file() and sum(1 for ln in p.open(encoding="utf-8-sig", errors="replace") if ln.strip()) > 1:
+                return p
+        except OSError:
+            continue
+    return None
+
+
 def _is_raw(pt_dir: Path) -> bool:
     return (pt_dir / "FRAMEWORK").is_dir() or any(p.is_dir() for p in pt_dir.glob("PROF_*"))
 
@@ -105,9 +119,10 @@ class SourceState:
 
     Attributes:
         side: train | infer. path: the folder (relative to profiler_output when possible).
-        status: ``device`` (COMPUTE_TASK_INFO has rows) | ``host_fallback`` | ``failed``.
+        status: ``device`` (COMPUTE_TASK_INFO has rows, or a text export's kernel_details.csv /
+        op_statistic.csv has rows) | ``host_fallback`` | ``failed``.
         db: DB file or None. compute_task_info_rows: rows or None. fallback: None |
-        ``export_type_db`` | ``host_csv``. csv: host-side CSV used. label: text for the report.
+        ``export_type_db`` | ``text_export`` | ``host_csv``. csv: the CSV used. label: text for the report.
     """
 
     side: str
@@ -323,10 +338,17 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
     elif db is None and not run_analyse and _is_raw(pt):
         st.op(side, rel, "analyse()", "skipped", "recorded output is not modified (--from-output); run "
               f"torch_npu.profiler.profiler.analyse('{pt}') on the Ascend host")
-    # fallback 2: host-side CSVs
-    csv = _host_csv(pt)
     why = ("DB present but COMPUTE_TASK_INFO is empty" if db is not None and n == 0
            else "DB unreadable: " + note if db is not None else "no DB")
+    # a text export with device rows (kernel_details.csv / op_statistic.csv) is device evidence
+    dev = _device_csv(pt)
+    if dev is not None:
+        st.op(side, _rel(dev, root), f"use the text export's device rows ({why})", "ok",
+              "device rows in text form (source kind text)")
+        return SourceState(side, rel, "device", _rel(db, root) if db else None, n, fallback="text_export",
+                           csv=_rel(dev, root), label="device (text export)", note=why)
+    # fallback 2: host-side CSVs
+    csv = _host_csv(pt)
     if csv is not None:
         st.op(side, _rel(csv, root), f"use host-side CSV ({why})", "ok", HOST_FALLBACK_LABEL,
               fallback="2: host-side CSV")

@@ -133,3 +133,41 @@ def test_missing_sides_and_read_only_db_access(tmp_path):
     bad.write_bytes(b"not sqlite at all" * 100)
     n, note = compute_task_rows(bad)
     assert n is None and "not readable as SQLite" in note
+
+
+def test_real_torch_npu_fixtures(tmp_path, shared_dir):
+    """Real torch_npu output (msinsight fixtures, a CNN job): a Db export as the training side and
+    a Text export as the inference side. The WAL-mode DB is counted without side files appearing."""
+    import hashlib
+    import shutil
+
+    src = shared_dir / "fixtures" / "profiler" / "msinsight" / "test" / "data" / "pytorch"
+    if not src.is_dir():
+        pytest.skip(f"{src} not found")
+    root = tmp_path / "profiler_output"
+    shutil.copytree(src / "db" / "level1" / "rank0_ascend_pt", root / "e2e" / "rank0_ascend_pt")
+    shutil.copytree(src / "text" / "level1" / "rank0_ascend_pt",
+                    root / "agent_loop_rollout_replica_0" / "rank0_ascend_pt")
+    db = root / "e2e" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
+    assert db.read_bytes()[18:20] == b"\x02\x02"            # WAL journal mode (file header)
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    before = _files(root)
+    seam = StandInSeam()
+    st = collect(root, seam, None)
+    assert seam.calls == [] and _files(root) == before      # nothing parsed, no -wal/-shm created
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+    train = [s for s in st.sources if s.side == "train"][0]
+    assert (train.status, train.compute_task_info_rows) == ("device", 187)
+    infer = [s for s in st.sources if s.side == "infer"][0]
+    assert infer.status == "device" and infer.fallback == "text_export" and infer.csv.endswith("kernel_details.csv")
+    assert st.comparison_possible
+
+
+def test_text_only_parse_counts_as_device_rows_in_text_form(tmp_path):
+    root = _tree(tmp_path)
+    seam = StandInSeam({"plain": "text", "db": "nothing"})
+    st = collect(root, seam, seam.probe({}))
+    infer = [s for s in st.sources if s.side == "infer"][0]
+    # analyse() gave CSVs only; fallback 1 was tried (no DB), then the text export's device rows were used
+    assert [c["export_type"] for c in seam.calls] == [None, ["db"]]
+    assert infer.status == "device" and infer.fallback == "text_export" and infer.label == "device (text export)"
