@@ -20,9 +20,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -67,22 +69,30 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=10_000_000, help="TASK and COMPUTE_TASK_INFO rows (default 10M)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (DB, parquet, lake)")
     ap.add_argument("--workdir", type=Path, default=None, help="work folder (default: a new temp folder)")
+    ap.add_argument("--db", type=Path, default=None,
+                    help="reuse an existing benchmark DB (from --keep) instead of building one")
     ap.add_argument("--compare-build", action="store_true",
                     help="also build the DB with sqlite3.executemany and print both build times")
     a = ap.parse_args(argv)
     work = a.workdir or Path(tempfile.mkdtemp(prefix="tilake-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    db = work / "bench.db"
+    db = a.db or work / "bench.db"
     try:
-        for p in (db, work / "baseline", work / "lake", work / "bench_sqlite.db"):
+        for p in ([] if a.db else [db]) + [work / "baseline", work / "lake", work / "bench_sqlite.db",
+                                                   work / "tmp"]:
             if p.is_dir():
                 shutil.rmtree(p)
             elif p.exists():
                 p.unlink()
+        if a.db:
+            con = sqlite3.connect(f"file:{a.db}?mode=ro&immutable=1", uri=True)
+            a.rows = con.execute("SELECT COUNT(*) FROM COMPUTE_TASK_INFO").fetchone()[0]
+            con.close()
         print(f"rows: {a.rows:,} TASK + {a.rows:,} COMPUTE_TASK_INFO  (work folder {work})", flush=True)
-        b = write_big_db(db, a.rows, engine="duckdb")
-        print(f"build (duckdb INSERT … FROM range(N)):  {b['seconds']:.1f} s  ({b['bytes'] / 2**20:,.0f} MiB)",
-              flush=True)
+        if not a.db:
+            b = write_big_db(db, a.rows, engine="duckdb")
+            print(f"build (duckdb INSERT … FROM range(N)):  {b['seconds']:.1f} s  "
+                  f"({b['bytes'] / 2**20:,.0f} MiB)", flush=True)
         if a.compare_build:
             b2 = write_big_db(work / "bench_sqlite.db", a.rows, engine="sqlite")
             print(f"build (sqlite3 executemany batches):    {b2['seconds']:.1f} s", flush=True)
@@ -95,13 +105,20 @@ def main(argv=None) -> int:
             return 0
         cmd = tilake_cmd() + ["ingest", "--lake", str(work / "lake"), "--run-id", "bench", "--train", str(db),
                               "--allow-missing"]
+        # private temp folder: DuckDB names its spill files duckdb_temp_storage_*.tmp, and two processes
+        # spilling into the same folder (e.g. a test run beside this benchmark) corrupt each other's files
+        tmp = work / "tmp"
+        tmp.mkdir(exist_ok=True)
+        env = dict(os.environ, TMPDIR=str(tmp))
         t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         secs = time.perf_counter() - t0
         rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        tail = (p.stdout + p.stderr).strip().splitlines()[-2:]
+        tail = (p.stdout + p.stderr).strip().splitlines()[-2:] or ["no output"]
         if p.returncode != 0:
-            print(f"ingest failed (exit {p.returncode}): " + " | ".join(tail), flush=True)
+            print(f"ingest failed (exit {p.returncode}{', killed by a signal' if p.returncode < 0 else ''}) "
+                  f"after {secs:.1f} s, peak RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:,.0f} "
+                  "MiB: " + " | ".join(tail), flush=True)
             return 1
         m = re.search(r"(\d+) kernels", p.stdout)
         kernels = int(m.group(1)) if m else None

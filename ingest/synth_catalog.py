@@ -29,10 +29,11 @@ class KernelTemplate:
     block_dim: int
     mix_block_dim: int = 0
     formats: str = "FORMAT_ND"
+    op_type: Optional[str] = None   # when the catalog key is not the op type (``Muls`` launches ``Mul``)
 
 
-def _t(kernel, acc, acl, parent, dur, bd, mix=0, fmt="FORMAT_ND"):
-    return KernelTemplate(kernel, acc, acl, parent, dur, bd, mix, fmt)
+def _t(kernel, acc, acl, parent, dur, bd, mix=0, fmt="FORMAT_ND", op_type=None):
+    return KernelTemplate(kernel, acc, acl, parent, dur, bd, mix, fmt, op_type)
 
 
 #: op type → launch template. Callers add entries to model other backends/versions.
@@ -59,7 +60,7 @@ CATALOG: Dict[str, KernelTemplate] = {
     "Add": _t("aclnnAdd_AddAiCore_Add", "AI_VECTOR_CORE", "aclnnAdd", "aten::add", 6_300, 48),
     "Sub": _t("aclnnSub_SubAiCore_Sub", "AI_VECTOR_CORE", "aclnnSub", "aten::sub", 2_100, 8),
     "Mul": _t("aclnnMul_MulAiCore_Mul", "AI_VECTOR_CORE", "aclnnMul", "aten::mul", 4_800, 48),
-    "Muls": _t("aclnnMuls_MulAiCore_Mul", "AI_VECTOR_CORE", "aclnnMuls", "aten::mul", 2_600, 48),
+    "Muls": _t("aclnnMuls_MulAiCore_Mul", "AI_VECTOR_CORE", "aclnnMuls", "aten::mul", 2_600, 48, op_type="Mul"),
     "Exp": _t("aclnnExp_ExpAiCore_Exp", "AI_VECTOR_CORE", "aclnnExp", "aten::exp", 2_000, 8),
     "Maximum": _t("aclnnMaximum_MaximumAiCore_Maximum", "AI_VECTOR_CORE", "aclnnMaximum", "aten::maximum",
                   2_200, 8),

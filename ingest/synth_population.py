@@ -269,7 +269,7 @@ class Population:
 
 def make_kernel(op_type: str, shapes: str = "", dtypes: str = "", out_shapes: Optional[str] = None,
                 out_dtypes: Optional[str] = None, dur_scale: float = 1.0, name: Optional[str] = None) -> Kernel:
-    """Build one kernel of ``op_type`` from :data:`CATALOG`.
+    """Build one kernel from the :data:`CATALOG` entry ``op_type`` (a catalog key; usually the op type).
 
     Raises:
         KeyError: ``op_type`` not in the catalog.
@@ -279,7 +279,7 @@ def make_kernel(op_type: str, shapes: str = "", dtypes: str = "", out_shapes: Op
     fmts = ";".join([t.formats] * n_in) if n_in else ""
     out_s = shapes.split(";")[0] if out_shapes is None and shapes else (out_shapes or "")
     out_d = dtypes.split(";")[0] if out_dtypes is None and dtypes else (out_dtypes or "")
-    return Kernel(name=name or t.kernel, op_type=op_type, accelerator=t.accelerator,
+    return Kernel(name=name or t.kernel, op_type=t.op_type or op_type, accelerator=t.accelerator,
                   dur_ns=max(600, int(t.dur_ns * dur_scale)), block_dim=t.block_dim, mix_block_dim=t.mix_block_dim,
                   input_shapes=shapes, input_dtypes=dtypes, input_formats=fmts,
                   output_shapes=out_s, output_dtypes=out_d,
