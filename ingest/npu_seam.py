@@ -179,7 +179,7 @@ class TorchNpuSeam(NpuSeam):
             python: interpreter to probe (default: ``python3`` on that PATH, else this one).
         """
         exe = python or self.python or resolve_python("python3", env) or sys.executable
-        key = (exe, env.get("PATH", ""))
+        key = (exe, env.get("PATH", ""), env.get("ASCEND_RT_VISIBLE_DEVICES"))
         if self._probe is not None and self._probe_key == key:
             return self._probe            # one probe per interpreter and PATH (it imports torch)
         self.python = exe

@@ -220,8 +220,12 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     _print_config(console, parsed)
     program = parsed.launch.words[0].raw
     python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
-    probe = seam.probe(env, python)
-    res.checks = check_environment(parsed, probe)
+    probe_env = dict(env)
+    vis = parsed.variables.get("ASCEND_RT_VISIBLE_DEVICES")
+    if isinstance(vis, str) and vis != UNKNOWN:
+        probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script exports it before launching
+    probe = seam.probe(probe_env, python)
+    res.checks = check_environment(parsed, probe, env)
     _print_checks(console, res.checks)
     bad = failed(res.checks)
     if not probe.real:

@@ -6,9 +6,10 @@ The facts come from the :mod:`tilake.ingest.npu_seam` probe (torch / torch_npu i
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from .npu_seam import NpuProbe
 from .scan_script import UNKNOWN, ParsedScript
@@ -38,7 +39,27 @@ class Check:
         return asdict(self)
 
 
-def check_environment(parsed: ParsedScript, probe: NpuProbe) -> List[Check]:
+def model_config_json(model_path: str, script_dir: Path, env: Mapping[str, str]) -> Optional[Path]:
+    """The model's ``config.json``: ``<path>/config.json`` (relative paths from the script's folder),
+    or, for a hub id ``org/name``, the newest snapshot in the Hugging Face cache
+    (``$HF_HUB_CACHE`` or ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``,
+    ``models--org--name/snapshots/<rev>/config.json``). None when absent."""
+    p = Path(model_path).expanduser()
+    p = p if p.is_absolute() else script_dir / p
+    if (p / "config.json").is_file():
+        return p / "config.json"
+    if re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", model_path):
+        home = env.get("HOME") or str(Path.home())
+        hub = Path(env.get("HF_HUB_CACHE") or Path(env.get("HF_HOME") or Path(home) / ".cache" / "huggingface") / "hub")
+        snaps = hub / ("models--" + model_path.replace("/", "--")) / "snapshots"
+        found = sorted(snaps.glob("*/config.json"), key=lambda q: q.stat().st_mtime) if snaps.is_dir() else []
+        if found:
+            return found[-1]
+    return None
+
+
+def check_environment(parsed: ParsedScript, probe: NpuProbe,
+                      env: Optional[Mapping[str, str]] = None) -> List[Check]:
     """Run the stage-1 checks for ``parsed`` against the seam's ``probe``.
 
     Returns:
@@ -92,14 +113,14 @@ def check_environment(parsed: ParsedScript, probe: NpuProbe) -> List[Check]:
         checks.append(Check("model config.json", False, "model path unknown: " + parsed.sources.get("model_path", ""),
                             "set actor_rollout_ref.model.path (or MODEL_PATH) to a local model folder"))
     else:
-        p = Path(str(mp)).expanduser()
-        if not p.is_absolute():
-            p = parsed.path.parent / p
-        cj = p / "config.json"
-        ok = cj.is_file()
-        checks.append(Check("model config.json", ok, str(cj) + (" exists" if ok else " not found"),
+        cj = model_config_json(str(mp), parsed.path.parent, env or {})
+        ok = cj is not None
+        looked = Path(str(mp)).expanduser()
+        looked = looked if looked.is_absolute() else parsed.path.parent / looked
+        checks.append(Check("model config.json", ok, f"{cj} exists" if ok else f"{looked / 'config.json'} not found",
                             None if ok else f"download the model to a local folder and point "
-                            f"actor_rollout_ref.model.path / MODEL_PATH at it (looked for {cj})"))
+                            f"actor_rollout_ref.model.path / MODEL_PATH at it (looked for {looked / 'config.json'}"
+                            " and in the Hugging Face cache)"))
     return checks
 
 

@@ -729,7 +729,8 @@ class ParsedScript:
         return f"scan-{slug}-{digest}"
 
 
-_LAUNCH_MODULE_RE = re.compile(r"^verl(\.[A-Za-z0-9_]+)+$")
+#: ``-m verl.<...>`` or a verl recipe entry point ``-m recipe.<name>.main_<...>`` (e.g. recipe.dapo.main_dapo)
+_LAUNCH_MODULE_RE = re.compile(r"^(verl(\.[A-Za-z0-9_]+)+|recipe(\.[A-Za-z0-9_]+)*\.main_[A-Za-z0-9_]+)$")
 _PASSTHROUGH_RAW = {"$@", '"$@"', "$*", '"$*"', "${@}", '"${@}"'}
 
 

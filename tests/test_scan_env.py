@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from tilake.ingest import npu_seam
 from tilake.ingest.npu_seam import NpuProbe, TorchNpuSeam
@@ -137,3 +138,30 @@ def test_runner_tees_log_and_honours_timeout(tmp_path):
     log = (tmp_path / "out" / "run.log").read_text()
     assert "[profiler] start\narg one\n" in log and "never" not in log and r.log_path == tmp_path / "out" / "run.log"
     assert r.tail[:2] == ["[profiler] start", "arg one"]
+
+
+def test_model_config_found_in_the_hugging_face_cache(tmp_path):
+    from tilake.ingest.scan_env import model_config_json
+
+    snap = tmp_path / "hub" / "models--Qwen--Qwen2.5-7B-Instruct" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    assert model_config_json("Qwen/Qwen2.5-7B-Instruct", tmp_path, env) == snap / "config.json"
+    assert model_config_json("Qwen/Qwen3-8B", tmp_path, env) is None
+    p = parse_script(DATA / "grpo_qwen25_fsdp_vllm.sh", env={"HOME": "/h"})
+    cj = [c for c in check_environment(p, _probe(), env) if c.name == "model config.json"][0]
+    assert cj.ok and str(snap) in cj.detail
+
+
+def test_probe_sees_the_devices_the_script_exports(tmp_path):
+    from tilake.ingest.lake import Lake
+    from tilake.ingest.scan import scan
+
+    sys.path.insert(0, str(DATA / "standin"))
+    from scan_standin import StandInSeam
+
+    seam = StandInSeam()
+    scan(DATA / "grpo_qwen3_megatron_vllm.sh", Lake(tmp_path / "lake"), env={"HOME": "/h", "PATH": "/usr/bin:/bin"},
+         seam=seam, dry_run=True, console=Console(quiet=True))
+    assert seam.probe_envs[0]["ASCEND_RT_VISIBLE_DEVICES"] == "1"

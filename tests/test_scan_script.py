@@ -131,6 +131,15 @@ def test_not_a_launch_script(name, needle):
     assert needle in str(e.value) and name in str(e.value)
 
 
+def test_recipe_entry_points_are_launch_commands(tmp_path):
+    s = tmp_path / "dapo.sh"
+    s.write_text("python3 -m recipe.dapo.main_dapo actor_rollout_ref.rollout.name=vllm data.train_batch_size=8\n"
+                 "python3 -m recipe.dapo.prepare_data --x 1\n")
+    p = parse_script(s, env=ENV)
+    assert p.launch.module == "recipe.dapo.main_dapo" and p.launch.line == 1
+    assert p.config["infer_backend"] == "vllm" and p.config["train_backend"] == UNKNOWN
+
+
 def test_bad_paths(tmp_path):
     with pytest.raises(TilakeError, match="no such file"):
         parse_script(tmp_path / "missing.sh")

@@ -62,8 +62,10 @@ class StandInSeam(NpuSeam):
         self.export_type_supported = export_type_supported
         self.npu_count = npu_count
         self.calls: List[Dict[str, object]] = []
+        self.probe_envs: List[Dict[str, str]] = []
 
     def probe(self, env: Mapping[str, str], python: Optional[str] = None) -> NpuProbe:
+        self.probe_envs.append(dict(env))
         return NpuProbe(seam=self.name, real=False, python=str(BIN / "python3"), torch="stand-in",
                         torch_npu="stand-in", npu_count=self.npu_count, msprof="stand-in",
                         msprof_default_db=True, analyse_export_type=self.export_type_supported,
