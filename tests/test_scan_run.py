@@ -123,13 +123,15 @@ def test_fallback_3_skips_comparison_and_keeps_lake(job):
     script, env, tmp = job
     lake = Lake(tmp / "lake")
     res = scan(script, lake, out_dir=tmp / "out", env=env, seam=StandInSeam({"plain": "fail", "db": "fail"}),
-               lang="en")
-    assert res.status == "comparison_skipped"
+               lang="en", run_id="my.run-1")
+    assert res.status == "comparison_skipped" and res.run_id == "my.run-1"
     assert not lake.root.exists()
     rep = res.report_path.read_text()
     assert "evidence_missing" in rep and "comparison skipped (fallback 3)" in rep
     assert "analyse('agent_loop_rollout_replica_0/" in rep and "→ failed" in rep
-    assert "export_type=['db']" in rep and "no usable evidence on the infer side" in rep
+    assert "export_type=['db']" in rep and "no usable evidence on the infer side" in rep and "`my.run-1`" in rep
+    with pytest.raises(TilakeError, match="invalid run id"):
+        scan(script, lake, env=env, seam=StandInSeam(), run_id="../escape")
 
 
 def test_run_killed_halfway_keeps_log_and_partial_output(job):
@@ -209,6 +211,19 @@ def test_read_only_script_stops_before_running(job):
     backups = list(script.parent.glob("run.sh.bak_*"))
     assert len(backups) == 1 and backups[0].read_bytes() == original and script.read_bytes() == original
     assert not (script.parent / "profiler_output").exists()
+
+
+def test_read_only_filesystem_stops_before_anything_is_written(job, monkeypatch):
+    from tilake.ingest import scan as scan_mod
+    from tilake.ingest import scan_inject
+
+    script, env, tmp = job
+    before = sorted(p.name for p in script.parent.iterdir())
+    monkeypatch.setattr(scan_mod, "fs_read_only", lambda p: True)
+    monkeypatch.setattr(scan_inject, "fs_read_only", lambda p: True)
+    with pytest.raises(TilakeError, match="read-only filesystem"):
+        scan(script, Lake(tmp / "lake"), out_dir=tmp / "out", env=env, seam=StandInSeam())
+    assert sorted(p.name for p in script.parent.iterdir()) == before and not (tmp / "lake").exists()
 
 
 def test_dry_run_writes_nothing(job):
