@@ -165,3 +165,26 @@ def test_probe_sees_the_devices_the_script_exports(tmp_path):
     scan(DATA / "grpo_qwen3_megatron_vllm.sh", Lake(tmp_path / "lake"), env={"HOME": "/h", "PATH": "/usr/bin:/bin"},
          seam=seam, dry_run=True, console=Console(quiet=True))
     assert seam.probe_envs[0]["ASCEND_RT_VISIBLE_DEVICES"] == "1"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash not available")
+def test_ctrl_c_stops_the_run_and_keeps_the_log(tmp_path):
+    import signal
+    import subprocess
+
+    s = tmp_path / "r.sh"
+    flag = tmp_path / "started.flag"
+    s.write_text(f'echo started\ntouch {flag}\nsleep 60\n')
+    prog = ("import sys, json; from pathlib import Path; from tilake.ingest.scan_run import run_script\n"
+            f"r = run_script(Path({str(s)!r}), [], {{'PATH': '/usr/bin:/bin'}}, Path({str(tmp_path / 'po' / 'run.log')!r}))\n"
+            "print('RESULT', json.dumps([r.interrupted, r.reason]))\n")
+    p = subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE, text=True)
+    log = tmp_path / "po" / "run.log"
+    deadline = time.monotonic() + 30
+    while not flag.exists() and time.monotonic() < deadline:      # the script is running
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+    assert 'RESULT [true, "interrupted (Ctrl-C)"]' in out
+    assert "started" in log.read_text() and "interrupted (Ctrl-C)" in log.read_text()
