@@ -122,6 +122,8 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
     interrupted = False
     reason = ""
     returncode: Optional[int] = None
+    console.print(Text(f"  live log: {tmp_log} (copied to {final_log} when the run ends; the profiler block "
+                       "re-creates that folder at start)", style="dim"))
     with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as log:
         log.write(f"# tilake scan: bash {script.name} {' '.join(args)} (cwd {script.parent})\n")
         try:
