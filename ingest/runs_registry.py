@@ -199,7 +199,7 @@ def print_runs(runs: List[Dict[str, Any]], console=None) -> None:
                   "" if r["step"] is None else str(r["step"]), ", ".join(shown), r["host"] or "",
                   r["created_at"].strftime("%Y-%m-%d %H:%M:%S") if r["created_at"] else "",
                   ", ".join(f"{k}={v}" for k, v in sorted(r["tags"].items())),
-                  f"{r['train_kernels']}/{r['infer_kernels']}" if r["has_profile"] else "",
+                  f"{r['train_kernels']}/{r['infer_kernels']}" if r["has_profile"] and r["captures"] else "",
                   caps, (r["dump_verdict"] or "") if r["has_dumps"] else "")
     console.print(t)
 

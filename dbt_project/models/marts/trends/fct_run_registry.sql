@@ -1,5 +1,7 @@
 -- grain: one run. The run registry for trends: model, family, step, host, created_at, the common
--- tool versions as columns (NULL = not recorded), tags, and the run's place in its family.
+-- tool versions as columns (NULL = not recorded), tags, and the run's place in its family
+-- (previous_run_id: previous run of the family; previous_profile_run_id: previous run with profiler
+-- captures, the base of the change marts).
 with v as (
     select * from {{ ref('int_runs_versioned') }}
 ),
@@ -44,6 +46,8 @@ select
     v.dump_consistency,
     row_number() over (order by v.created_at, v.run_id) as run_seq,
     row_number() over (partition by v.model_family order by v.created_at, v.run_id) as family_seq,
-    lag(v.run_id) over (partition by v.model_family order by v.created_at, v.run_id) as previous_run_id
+    lag(v.run_id) over (partition by v.model_family order by v.created_at, v.run_id) as previous_run_id,
+    p.base_run_id as previous_profile_run_id
 from v
 left join tools t on t.run_id = v.run_id
+left join {{ ref('int_run_pairs_ordered') }} p on p.run_id = v.run_id and p.pair_kind = 'profile'
