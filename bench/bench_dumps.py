@@ -6,7 +6,9 @@ Usage::
                                 [--msprobe /path/to/venv/bin/msprobe]
 
 1. Generates a train/infer pair in msprobe's on-disk format (tests/dumps_gen.py; bf16, Qwen3-style,
-   HF-style vs vLLM-style) — reused when it already exists with the same config.
+   HF-style vs vLLM-style; by default the inference side carries the wrong-attention-scale fault so
+   nearly every boundary differs and the full ULP path is timed) — each side reused when it exists
+   with the same config.
 2. Runs ``tilake`` round-0 analysis (every boundary + every weight boundary) in a fresh process and
    reports wall time, tensor bytes loaded, GB/s, peak RSS (``ru_maxrss``) and the RSS of a process
    that only imports the same modules (baseline).
@@ -39,8 +41,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 DTYPE_BYTES = {"torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4, "torch.float64": 8,
                "torch.int64": 8, "torch.int32": 4, "torch.bool": 1, "torch.float8_e4m3fn": 1, "torch.float8_e5m2": 1}
 
-CHILD_ANALYZE = r"""
-import json, resource, sys, time
+HWM = r"""
+def hwm_kib():
+    # VmHWM: peak RSS of this process image (ru_maxrss would inherit the parent's peak across fork+exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+"""
+
+CHILD_ANALYZE = HWM + r"""
+import json, sys, time
 from pathlib import Path
 from tilake.ingest.dumps import analyze as A, maps as M
 from tilake.ingest.dumps.reader import READ_STATS
@@ -48,13 +58,14 @@ t = time.perf_counter()
 an = A.analyze_pair([A.RoundInput(Path(sys.argv[1]), Path(sys.argv[2]))], M.load_map("qwen3_hf_vllm"))
 wall = time.perf_counter() - t
 print(json.dumps({"wall_s": wall, "bytes": READ_STATS["bytes"], "files": READ_STATS["files"],
-                  "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "peak_rss_kib": hwm_kib(),
                   "boundaries": len(an.boundary_rows), "weights": len(an.weight_rows),
-                  "verdict": an.verdict, "first_divergence": an.rounds[0]["first_divergence"]["boundary"]}))
+                  "verdict": an.verdict, "first_divergence": an.rounds[0]["first_divergence"]["boundary"],
+                  "not_exact": sum(1 for r in an.boundary_rows if r["status"] == "NOT_EXACT")}))
 """
 
-CHILD_STATS = r"""
-import json, resource, sys, time
+CHILD_STATS = HWM + r"""
+import json, sys, time
 from pathlib import Path
 from tilake.ingest.dumps.reader import DumpSide, READ_STATS
 from tilake.ingest.dumps.lakeio import stats_rows
@@ -64,14 +75,14 @@ for side, p in (("train", sys.argv[1]), ("infer", sys.argv[2])):
     n += len(stats_rows(DumpSide(Path(p), side), side, 0))
 wall = time.perf_counter() - t
 print(json.dumps({"wall_s": wall, "bytes": READ_STATS["bytes"], "rows": n,
-                  "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "peak_rss_kib": hwm_kib()}))
 """
 
-CHILD_BASELINE = r"""
-import json, resource
+CHILD_BASELINE = HWM + r"""
+import json
 import torch
 from tilake.ingest.dumps import analyze, maps, numerics, lakeio  # noqa
-print(json.dumps({"peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+print(json.dumps({"peak_rss_kib": hwm_kib()}))
 """
 
 
@@ -80,25 +91,33 @@ def child(code: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def generate(work: Path, cfg_kw: dict) -> None:
-    import dumps_gen as G
-    import torch
+CHILD_GEN = r"""
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import dumps_gen as G
+cfg = G.Cfg(**json.loads(sys.argv[3]))
+w = G.weights(cfg)
+side, out, fault = sys.argv[2], Path(sys.argv[4]), (sys.argv[5] or None)
+(G.dump_train(cfg, out, w) if side == "train" else G.dump_infer(cfg, out, fault, w=w))
+"""
 
-    stamp = work / "config.json"
-    if stamp.is_file() and json.loads(stamp.read_text()) == cfg_kw:
-        print(f"reusing generated pair in {work}")
-        return
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    cfg = G.Cfg(**cfg_kw)
-    torch.set_num_threads(os.cpu_count() or 1)
-    t = time.perf_counter()
-    w = G.weights(cfg)
-    G.dump_train(cfg, work / "train", w)
-    G.dump_infer(cfg, work / "infer", None, w=w)
-    del w
-    stamp.write_text(json.dumps(cfg_kw))
-    print(f"generated pair in {time.perf_counter() - t:.1f} s")
+
+def generate(work: Path, cfg_kw: dict, fault: str) -> None:
+    """Generate each side in its own process (reused when its config stamp matches)."""
+    work.mkdir(parents=True, exist_ok=True)
+    for side in ("train", "infer"):
+        key = dict(cfg_kw, fault=fault if side == "infer" else None)
+        stamp = work / f"{side}.config.json"
+        if stamp.is_file() and json.loads(stamp.read_text()) == key and (work / side).is_dir():
+            print(f"reusing generated {side} side in {work / side}")
+            continue
+        shutil.rmtree(work / side, ignore_errors=True)
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", CHILD_GEN, str(ROOT / "tests"), side, json.dumps(cfg_kw),
+                        str(work / side), fault or ""], check=True)
+        stamp.write_text(json.dumps(key))
+        print(f"generated {side} side in {time.perf_counter() - t:.1f} s")
 
 
 def largest_pair_bytes(work: Path) -> int:
@@ -171,13 +190,15 @@ def main() -> None:
     ap.add_argument("--inter", type=int, default=5632)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--msprobe", default=shutil.which("msprobe"), help="msprobe executable (mindstudio-probe)")
+    ap.add_argument("--fault", default="attn_scale", help="fault injected on the inference side (tests/dumps_gen.py) "
+                    "so most boundaries differ and the full ULP path is measured; '' for a clean pair")
     a = ap.parse_args()
     cfg_kw = {"vocab": a.vocab, "hidden": a.hidden, "inter": a.inter, "layers": a.layers, "heads": a.heads,
               "kv_heads": a.kv_heads, "head_dim": a.hidden // a.heads, "seq": a.seq}
-    generate(a.workdir, cfg_kw)
+    generate(a.workdir, cfg_kw, a.fault)
     total = dump_bytes(a.workdir)
     pair = largest_pair_bytes(a.workdir)
-    print(f"pair: {cfg_kw}, bf16; .pt bytes on disk {total / 1e9:.3f} GB; largest compared tensor pair {pair / 1e6:.1f} MB")
+    print(f"pair: {cfg_kw}, bf16, inference fault {a.fault or 'none'}; .pt bytes on disk {total / 1e9:.3f} GB; largest compared tensor pair {pair / 1e6:.1f} MB")
     base = child(CHILD_BASELINE)
     an = child(CHILD_ANALYZE, str(a.workdir / "train"), str(a.workdir / "infer"))
     st = child(CHILD_STATS, str(a.workdir / "train"), str(a.workdir / "infer"))
@@ -187,7 +208,7 @@ def main() -> None:
     print(f"tilake analyze: {an['boundaries']} boundaries + {an['weights']} weight boundaries, {an['files']} tensor loads, "
           f"{an['bytes'] / 1e9:.3f} GB in {an['wall_s']:.2f} s = {gbs:.2f} GB/s; peak RSS {an['peak_rss_kib'] / mib:.0f} MiB "
           f"(+{(an['peak_rss_kib'] - base['peak_rss_kib']) / mib:.0f} MiB over baseline; 2x largest pair = {2 * pair / 2**20:.0f} MiB); "
-          f"verdict {an['verdict']}")
+          f"verdict {an['verdict']}, {an['not_exact']} boundaries NOT_EXACT (full ULP path), first divergence {an['first_divergence']}")
     print(f"tilake tensor_stats (lake ingest, every tensor): {st['rows']} slots, {st['bytes'] / 1e9:.3f} GB in "
           f"{st['wall_s']:.2f} s = {st['bytes'] / st['wall_s'] / 1e9:.2f} GB/s; peak RSS {st['peak_rss_kib'] / mib:.0f} MiB "
           f"(+{(st['peak_rss_kib'] - base['peak_rss_kib']) / mib:.0f} MiB)")

