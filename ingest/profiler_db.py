@@ -229,7 +229,10 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
     except Exception as exc:  # duckdb errors on malformed pages or mismatched types
         raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=db) from exc
     finally:
-        con.execute("DETACH DATABASE IF EXISTS s")
+        try:
+            con.execute("DETACH DATABASE IF EXISTS s")
+        except Exception:  # connection invalidated by a fatal DuckDB error: the writer reopens one
+            writer._con = None
     return res
 
 
@@ -249,9 +252,9 @@ def _host_ops_table(con, pr: DbProbe) -> None:
     # the real files swap the two columns' contents: decide per row by content
     shapes = f"CASE WHEN {shape_like.format(x='da')} THEN da ELSE sb END"
     dtypes = f"CASE WHEN {shape_like.format(x='da')} THEN sb ELSE da END"
-    cc = "NULLIF(p.callchainId, 4294967295)" if pr.has("PYTORCH_API", "callchainId") else "NULL"
+    cc = "NULLIF(p.callchainId, CAST(4294967295 AS BIGINT))" if pr.has("PYTORCH_API", "callchainId") else "NULL"
     seq = "p.sequenceNumber" if pr.has("PYTORCH_API", "sequenceNumber") else "NULL"
-    conn = "NULLIF(p.connectionId, 4294967295)"
+    conn = "NULLIF(p.connectionId, CAST(4294967295 AS BIGINT))"
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE hops AS
         SELECT row_number() OVER (ORDER BY start_ns, global_tid, connection_id, name, end_ns) AS host_op_id, *
@@ -290,44 +293,63 @@ def _host_ops_table(con, pr: DbProbe) -> None:
 
 
 def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -> tuple:
-    """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows)."""
+    """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
+
+    Strings are decoded with plain LEFT JOINs on the in-memory ``sid`` copy of STRING_IDS (hash
+    joins: the 10 M-row benchmark depends on it); the CANN API name comes from CANN_API by
+    connection id.
+    """
     n = 0
     cid = sql_str(capture_id)
-    cann = ("(SELECT value FROM sid WHERE sid.id = ca.name)" if pr.has("CANN_API") else "NULL")
-    cann_join = "LEFT JOIN s.CANN_API ca ON ca.connectionId = t.connectionId" if pr.has("CANN_API") else ""
+    has_cann = pr.has("CANN_API")
     if pr.has("COMPUTE_TASK_INFO") and pr.has("TASK"):
-        raw_op = _str(pr, "COMPUTE_TASK_INFO", "opType", "c")
-        name = _str(pr, "COMPUTE_TASK_INFO", "name", "c")
+        cti = {c: (f'c."{c}"' if pr.has("COMPUTE_TASK_INFO", c) else "NULL")
+               for c in ("name", "opType", "taskType", "inputShapes", "inputDataTypes", "inputFormats",
+                         "outputShapes", "outputDataTypes", "outputFormats")}
         blk = f'c."{pr.block_column}"' if pr.block_column else "NULL"
+        strings = {"kernel_name": "name", "raw_op": "opType", "accel": "taskType", "i_sh": "inputShapes",
+                   "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
+                   "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
+        joins = "\n".join(f"LEFT JOIN sid j_{a} ON j_{a}.id = b.c_{a}" for a in strings)
+        picks = ", ".join(f"j_{a}.value AS {a}" for a in strings)
+        base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
+        cann_join = ("LEFT JOIN (SELECT connectionId, name FROM s.CANN_API) ca ON ca.connectionId = b.connectionId "
+                     "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
+        cann_val = "j_cann.value" if has_cann else "NULL"
         sql = f"""
-            SELECT {cid} AS capture_id, 'db' AS source_kind, t.globalTaskId AS global_task_id,
-                   t.deviceId AS device_id, t.streamId AS stream_id, t.taskId AS task_id,
-                   t.startNs AS start_ns, t.endNs AS end_ns, t.endNs - t.startNs AS dur_ns,
-                   k.kernel_name, {op_type_or_derived('k.raw_op', 'k.kernel_name')} AS op_type,
-                   {is_derived('k.raw_op')} AS op_type_derived,
-                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'taskType', 'c'))} AS accelerator,
-                   (SELECT value FROM sid WHERE sid.id = t.taskType) AS device_task_type,
-                   {blk} AS block_dim,
-                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'inputShapes', 'c'))} AS input_shapes,
-                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'inputDataTypes', 'c'))} AS input_dtypes,
-                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'inputFormats', 'c'))} AS input_formats,
-                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'outputShapes', 'c'))} AS output_shapes,
-                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'outputDataTypes', 'c'))} AS output_dtypes,
-                   {clean_text(_str(pr, 'COMPUTE_TASK_INFO', 'outputFormats', 'c'))} AS output_formats,
-                   NULLIF(t.connectionId, {INVALID}) AS connection_id, {cann} AS cann_api_name,
-                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
-            FROM s.COMPUTE_TASK_INFO c
-            JOIN s.TASK t ON t.globalTaskId = c.globalTaskId
-            CROSS JOIN LATERAL (SELECT {name} AS kernel_name, {raw_op} AS raw_op) k
-            {cann_join}
-            LEFT JOIN conn_host h ON h.task_conn = t.connectionId"""
+            WITH b AS (
+                SELECT t.globalTaskId, t.deviceId, t.streamId, t.taskId, t.startNs, t.endNs, t.taskType AS t_tt,
+                       t.connectionId, {blk} AS block_dim, {base_cols}
+                FROM s.COMPUTE_TASK_INFO c JOIN s.TASK t ON t.globalTaskId = c.globalTaskId
+            ), k AS (
+                SELECT b.*, {picks}, j_tt.value AS device_task_type, {cann_val} AS cann_api_name,
+                       h.host_op_id, h.name AS host_op_name, h.callchain_id
+                FROM b
+                {joins}
+                LEFT JOIN sid j_tt ON j_tt.id = b.t_tt
+                {cann_join}
+                LEFT JOIN conn_host h ON h.task_conn = b.connectionId
+            )
+            SELECT {cid} AS capture_id, 'db' AS source_kind, globalTaskId AS global_task_id,
+                   deviceId AS device_id, streamId AS stream_id, taskId AS task_id,
+                   startNs AS start_ns, endNs AS end_ns, endNs - startNs AS dur_ns,
+                   kernel_name, {op_type_or_derived('raw_op', 'kernel_name')} AS op_type,
+                   {is_derived('raw_op')} AS op_type_derived, {clean_text('accel')} AS accelerator,
+                   device_task_type, block_dim,
+                   {clean_text('i_sh')} AS input_shapes, {clean_text('i_dt')} AS input_dtypes,
+                   {clean_text('i_fm')} AS input_formats, {clean_text('o_sh')} AS output_shapes,
+                   {clean_text('o_dt')} AS output_dtypes, {clean_text('o_fm')} AS output_formats,
+                   NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
+                   host_op_id, host_op_name, callchain_id, 1 AS call_count
+            FROM k"""
         n += writer.copy_query("kernels", sql, partition)
     compute = n
     if pr.has("COMMUNICATION_OP"):
         op_name = _str(pr, "COMMUNICATION_OP", "opName", "o")
         op_type = _str(pr, "COMMUNICATION_OP", "opType", "o")
         dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"
-        cann_join_o = cann_join.replace("t.connectionId", "o.connectionId")
+        cann = "(SELECT value FROM sid WHERE sid.id = ca.name)" if has_cann else "NULL"
+        cann_join_o = "LEFT JOIN s.CANN_API ca ON ca.connectionId = o.connectionId" if has_cann else ""
         sql = f"""
             SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,
                    NULL AS stream_id, NULL AS task_id, o.startNs AS start_ns, o.endNs AS end_ns,
@@ -336,7 +358,7 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
                    'COMMUNICATION' AS accelerator, 'HCCL' AS device_task_type, NULL AS block_dim,
                    NULL AS input_shapes, NULL AS input_dtypes, NULL AS input_formats,
                    NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
-                   NULLIF(o.connectionId, {INVALID}) AS connection_id, {cann} AS cann_api_name,
+                   NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann} AS cann_api_name,
                    h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
             FROM s.COMMUNICATION_OP o {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
