@@ -62,4 +62,12 @@ def test_marts_match_python(tmp_path):
     assert [(s, r) for s, r, *_ in ts] == [("infer", 0), ("infer", 1), ("infer", 2),
                                            ("train", 0), ("train", 1), ("train", 2)]
     assert all(t[3] == 0 and t[4] == 0 for t in ts)
+    # the named report queries run against the marts
+    qdir = Path(__file__).resolve().parents[1] / "reports" / "queries"
+    q = (qdir / "dumps_difference_points.sql").read_text()
+    got = con.execute(q, {"run_id": "gen-scale"}).fetchall()
+    assert [(r[1], r[2], r[5]) for r in got] == [(0, "L0.attn_core.out", "logic-level"), (1, "L1.attn_core.out", "logic-level")]
+    q = (qdir / "dumps_first_divergence.sql").read_text()
+    got = con.execute(q, {"run_id": "gen-scale"}).fetchall()
+    assert got[0][:3] == (0, "found", "L0.attn_core.out")
     con.close()
