@@ -346,8 +346,16 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
         return res
     from ..pipeline import run_profile
 
-    pr = run_profile(output_dir, lake, rid, out_dir, run_meta=meta, lang=lang, allow_missing=True,
-                     progress=progress)
+    try:
+        pr = run_profile(output_dir, lake, rid, out_dir, run_meta=meta, lang=lang, allow_missing=True,
+                         progress=progress)
+    except TilakeError as exc:
+        if res.run is None:          # --from-output: nothing expensive to protect
+            raise
+        script = res.parsed.path if res.parsed else ""
+        raise ScanStopped(f"stages 4–5 failed after a successful run: {exc}; the captures are kept in {output_dir}",
+                          hint=f"retry stages 4–5 without re-running: tilake scan --from-output {output_dir} {script}"
+                          ) from exc
     res.status = pr.status
     res.report_path, res.csv_path, res.grade_counts = pr.report_path, pr.csv_path, pr.grade_counts
     res.warnings = list(pr.warnings)

@@ -226,6 +226,18 @@ def test_read_only_filesystem_stops_before_anything_is_written(job, monkeypatch)
     assert sorted(p.name for p in script.parent.iterdir()) == before and not (tmp / "lake").exists()
 
 
+def test_busy_lake_after_the_run_says_how_to_retry(job):
+    script, env, tmp = job
+    lake = Lake(tmp / "lake")
+    with lake.locked():
+        with pytest.raises(ScanStopped) as e:
+            scan(script, lake, out_dir=tmp / "out", env=env, seam=StandInSeam())
+    msg = str(e.value)
+    assert "stages 4–5 failed after a successful run" in msg and "another tilake writer" in msg
+    assert f"tilake scan --from-output {script.parent / 'profiler_output'} {script}" in msg
+    assert (script.parent / "profiler_output" / "tilake_scan_stage3.json").is_file()
+
+
 def test_dry_run_writes_nothing(job):
     script, env, tmp = job
     before = sorted(p.name for p in script.parent.iterdir())
