@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from types import SimpleNamespace
+
+from tilake.build import dbt_build
 from tilake.ingest.lake import Lake
-from tilake.ingest.synth_population import infer_population, train_population
-from tilake.pipeline import run_profile
+from tilake.ingest.profiler import ingest_profile
+from tilake.ingest.profiler_discover import explicit
+from tilake.ingest.synth_population import JobConfig, infer_population, train_population
+from tilake.reports.op_diff import write_report
 
 from profiler_helpers import llm_pair, mart
 
@@ -18,19 +23,56 @@ META = {"model_id": "Qwen/Qwen3-0.6B", "model_family": "qwen3", "train_backend":
         "infer_backend": "vllm", "parallel_config": {"tp": 1, "pp": 1, "ep": 1}}
 
 
-def _run(tmp: Path, train_pop=None, infer_pop=None, run_id="llm", lang="zh", **kw):
-    caps = llm_pair(tmp / "cap", train_pop, infer_pop, **kw)
-    lake = Lake(tmp / "lake")
-    res = run_profile(None, lake, run_id, tmp / "out", dict(META), lang, train=[tmp / "cap" / "train"],
-                      infer=[tmp / "cap" / "infer"], progress=False)
-    grades = {m: (g, r) for m, g, r in mart(lake.root, f"SELECT module, grade, rule_id FROM fct_op_comparison "
-                                                       f"WHERE run_id = '{run_id}'")}
-    return res, grades, lake, caps
+SMALL = JobConfig(layers=4)
+
+
+def _variants():
+    """run id → (train population, infer population); every variant changes one computation."""
+    t_unfused_attn = train_population(SMALL)
+    assert t_unfused_attn.replace_op_type("FlashAttentionScore", ["BatchMatMulV2", "SoftmaxV2", "BatchMatMulV2"]) > 0
+    t_sincos = train_population(SMALL)
+    assert t_sincos.replace_op_type("RotaryMul", ["Sin", "Cos", "Mul"]) > 0
+    i_unfused_norm = infer_population(SMALL)
+    assert i_unfused_norm.replace_op_type("AddRmsNormBias", ["Add", "RmsNorm"]) > 0
+    return {"llm": (train_population(SMALL), infer_population(SMALL)),
+            "unfused-attn": (t_unfused_attn, infer_population(SMALL)),
+            "sincos": (t_sincos, infer_population(SMALL)),
+            "same-norm": (train_population(SMALL), i_unfused_norm)}
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return _run(tmp_path_factory.mktemp("ref"))
+def lake4(tmp_path_factory):
+    """Four runs (reference + three variants) in one lake, one dbt build, the reference's report."""
+    tmp = tmp_path_factory.mktemp("llm")
+    lake = Lake(tmp / "lake")
+    caps = {}
+    for run_id, (tpop, ipop) in _variants().items():
+        caps[run_id] = llm_pair(tmp / run_id, tpop, ipop)
+        ingest_profile(lake, run_id, explicit(tmp / run_id / "train", "train") +
+                       explicit(tmp / run_id / "infer", "infer"), dict(META), progress=False)
+    build = dbt_build(lake, progress=False)
+    assert build.success and not build.failures
+    out = write_report(lake.warehouse, "llm", tmp / "out", "zh")
+    return lake, caps, out, build
+
+
+def _grades(lake, run_id):
+    return {m: (g, r) for m, g, r in mart(lake.root, f"SELECT module, grade, rule_id FROM fct_op_comparison "
+                                                     f"WHERE run_id = '{run_id}'")}
+
+
+@pytest.fixture(scope="module")
+def reference(lake4):
+    lake, caps, out, _build = lake4
+    res = SimpleNamespace(report_path=out["report"], csv_path=out["csv"], runtime_ops=out["runtime_ops"])
+    return res, _grades(lake, "llm"), lake, caps["llm"]
+
+
+def test_dbt_build_ran_its_tests_and_unit_tests(lake4):
+    _lake, _caps, _out, build = lake4
+    kinds = {str(n[1]).split(".")[-1].lower() for n in build.nodes}
+    assert {"model", "seed", "test", "unit_test"} <= {k.replace("nodetype.", "") for k in kinds} | kinds
+    assert sum(1 for n in build.nodes if "unit" in str(n[1]).lower()) >= 2
 
 
 def test_reference_job_grades_follow_the_rules(reference):
@@ -47,23 +89,24 @@ def test_reference_job_grades_follow_the_rules(reference):
 def test_fused_join_pulls_training_add_into_the_norm_row(reference):
     _res, _g, lake, _caps = reference
     row = mart(lake.root, "SELECT train_ops, train_op_calls, infer_ops, joined_by FROM fct_op_comparison "
-                          "WHERE module = 'residual_norm'")[0]
+                          "WHERE run_id = 'llm' AND module = 'residual_norm'")[0]
     assert set(row[0]) == {"RmsNorm", "Add"} and set(row[2]) == {"RmsNorm", "AddRmsNormBias"}
     assert row[3] == ["AddRmsNormBias"]
-    adds = mart(lake.root, "SELECT calls FROM fct_side_ops WHERE side='train' AND op_type='Add'")[0][0]
+    adds = mart(lake.root, "SELECT calls FROM fct_side_ops WHERE run_id='llm' AND side='train' AND op_type='Add'")[0][0]
     assert dict(zip(row[0], row[1]))["Add"] == adds
     # the Add kernels left the elementwise row
-    assert not mart(lake.root, "SELECT 1 FROM fct_op_comparison WHERE module='elementwise' "
+    assert not mart(lake.root, "SELECT 1 FROM fct_op_comparison WHERE run_id='llm' AND module='elementwise' "
                                "AND list_contains(train_ops, 'Add')")
     fm = mart(lake.root, "SELECT other_unfused_ops, replaced_steps_present, replaced_steps FROM fct_fused_matches "
-                         "WHERE fused_op = 'AddRmsNormBias'")[0]
+                         "WHERE run_id='llm' AND fused_op = 'AddRmsNormBias'")[0]
     assert fm == (["Add"], 2, 2)
 
 
 def test_counts_match_the_generated_population(reference):
     _res, _g, lake, caps = reference
     for side in ("train", "infer"):
-        got = dict(mart(lake.root, f"SELECT kernel_name, calls FROM fct_side_kernel_names WHERE side = '{side}'"))
+        got = dict(mart(lake.root, f"SELECT kernel_name, calls FROM fct_side_kernel_names "
+                                   f"WHERE run_id = 'llm' AND side = '{side}'"))
         assert got == caps[side]["kernel_name_counts"]
 
 
@@ -115,24 +158,16 @@ def test_english_report(tmp_path, reference):
     assert '<span style="color:red">🔴 high</span>' in md
 
 
-def test_unfused_attention_is_red_fused_vs_unfused(tmp_path):
-    train = train_population()
-    assert train.replace_op_type("FlashAttentionScore", ["BatchMatMulV2", "SoftmaxV2", "BatchMatMulV2"]) > 0
-    _res, grades, lake, _ = _run(tmp_path, train_pop=train)
-    assert grades["attention"] == ("red", "fused_vs_unfused")
-    row = mart(lake.root, "SELECT train_ops FROM fct_op_comparison WHERE module='attention'")[0][0]
+def test_unfused_attention_is_red_fused_vs_unfused(lake4):
+    lake = lake4[0]
+    assert _grades(lake, "unfused-attn")["attention"] == ("red", "fused_vs_unfused")
+    row = mart(lake.root, "SELECT train_ops FROM fct_op_comparison WHERE run_id='unfused-attn' AND module='attention'")[0][0]
     assert set(row) == {"BatchMatMulV2", "SoftmaxV2"}
 
 
-def test_sin_cos_rope_against_triton_is_red_by_rule(tmp_path):
-    train = train_population()
-    assert train.replace_op_type("RotaryMul", ["Sin", "Cos", "Mul"]) > 0
-    _res, grades, _lake, _ = _run(tmp_path, train_pop=train)
-    assert grades["rope"] == ("red", "fused_vs_unfused")
+def test_sin_cos_rope_against_triton_is_red_by_rule(lake4):
+    assert _grades(lake4[0], "sincos")["rope"] == ("red", "fused_vs_unfused")
 
 
-def test_same_norm_fusion_on_both_sides_is_green(tmp_path):
-    infer = infer_population()
-    assert infer.replace_op_type("AddRmsNormBias", ["Add", "RmsNorm"]) > 0
-    _res, grades, _lake, _ = _run(tmp_path, infer_pop=infer)
-    assert grades["residual_norm"] == ("green", "same_ops")
+def test_same_norm_fusion_on_both_sides_is_green(lake4):
+    assert _grades(lake4[0], "same-norm")["residual_norm"] == ("green", "same_ops")
