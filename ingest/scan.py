@@ -36,7 +36,8 @@ from .lake import Lake, validate_run_id
 from .npu_seam import NpuProbe, NpuSeam
 from .scan_collect import HOST_FALLBACK_LABEL, STAGE3_FILE, Stage3, collect, write_stage3
 from .scan_env import NO_NPU_MESSAGE, Check, check_environment, failed, tool_versions
-from .scan_inject import backup_script, check_writable, fs_read_only, plan_injection, unified_diff, write_script
+from .scan_inject import (BLOCK_BEGIN, backup_script, check_writable, fs_read_only, plan_injection, unified_diff,
+                          write_script)
 from .scan_run import RunResult, expected_wait, run_script
 from .scan_script import UNKNOWN, ParsedScript, parse_script
 
@@ -180,6 +181,10 @@ def _output_dir(parsed: ParsedScript, changed: bool, env: Mapping[str, str]) -> 
     if changed:
         return Path(env.get("PROFILER_OUTPUT_DIR") or parsed.path.parent / "profiler_output")
     sp = parsed.profiler.get("save_path", UNKNOWN)
+    m = re.search(r'^[ \t]*PROFILER_OUTPUT_DIR=\$\{PROFILER_OUTPUT_DIR:-"((?:[^"\\]|\\.)*)"\}', parsed.text, re.M)
+    if sp == UNKNOWN and BLOCK_BEGIN in parsed.text and m:
+        # our own block (e.g. inside an if-block, where the parser cannot follow it): same semantics
+        return Path(env.get("PROFILER_OUTPUT_DIR") or re.sub(r"\\(.)", r"\1", m.group(1)))
     if sp == UNKNOWN:
         raise ScanStopped("the script's existing profiler configuration gives no readable "
                           "global_profiler.save_path, so its output cannot be found", path=parsed.path,

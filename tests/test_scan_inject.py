@@ -117,3 +117,29 @@ def test_block_marker_and_quoting_of_the_output_dir(tmp_path):
     plan = plan_injection(parse_script(s, env={}), stamp="2026-01-01 00:00", backup_name="b")
     assert plan.block.startswith(BLOCK_BEGIN + " (added 2026-01-01 00:00; original kept as b) >>>\n")
     assert f'PROFILER_OUTPUT_DIR=${{PROFILER_OUTPUT_DIR:-"{s.parent}/profiler_output"}}' in plan.block
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash not available")
+def test_launch_inside_an_if_block(tmp_path):
+    from tilake.ingest.scan import _output_dir
+
+    s = tmp_path / "s.sh"
+    s.write_text('MODEL=/m\nif [ -n "$RUN" ]; then\n    python3 -m verl.trainer.main_ppo \\\n'
+                 '        actor_rollout_ref.model.path=$MODEL \\\n'
+                 '        actor_rollout_ref.rollout.name=vllm 2>&1 | tee log.txt\nfi\n')
+    plan = plan_injection(parse_script(s, env={}))
+    assert plan.changed and "\n    PROFILER=(\n        global_profiler.tool=npu\n" in plan.new_text
+    assert 'rollout.name=vllm "${PROFILER[@]}" 2>&1 | tee log.txt' in plan.new_text
+    write_script(s, plan.new_text)
+    again = parse_script(s, env={})
+    assert not plan_injection(again).changed
+    # the block sits in the if-block (the parser cannot follow it), yet a re-scan finds its output folder
+    assert again.profiler["save_path"] == "unknown"
+    assert _output_dir(again, False, {}) == tmp_path / "profiler_output"
+    out = tmp_path / "argv.bin"
+    env = shim_env(tmp_path, STANDIN_MODE="args", STANDIN_ARGS_OUT=str(out), RUN="1")
+    r = subprocess.run(["bash", str(s)], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert r.returncode == 0
+    got = dict(a.split("=", 1) for a in read_args(out)[1:] if "=" in a)
+    assert got["global_profiler.save_path"] == str(tmp_path / "profiler_output")
+    assert got["actor_rollout_ref.rollout.profiler.tool_config.npu.discrete"] == "True"
