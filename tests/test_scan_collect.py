@@ -171,3 +171,24 @@ def test_text_only_parse_counts_as_device_rows_in_text_form(tmp_path):
     # analyse() gave CSVs only; fallback 1 was tried (no DB), then the text export's device rows were used
     assert [c["export_type"] for c in seam.calls] == [None, ["db"]]
     assert infer.status == "device" and infer.fallback == "text_export" and infer.label == "device (text export)"
+
+
+def test_older_and_relocated_layouts_and_several_replicas(tmp_path):
+    """verl before PR #4320 wrote <save>/<step>/e2e/…; newer verl with relocate_results moves a replica's
+    folder up to <save>/rollout-replica<r>_<name> (reference doc §4.1). Every replica is parsed."""
+    import shutil
+
+    gen = tmp_path / "gen"
+    synth.make_profiler_output(gen, infer_form="raw", infer_replicas=2, job=synth.JobConfig(layers=2))
+    root = tmp_path / "po"
+    (root / "1").mkdir(parents=True)
+    shutil.move(str(gen / "e2e"), str(root / "1" / "e2e"))
+    shutil.move(str(gen / "agent_loop_rollout_replica_0"), str(root / "agent_loop_rollout_replica_0"))
+    pt = next((gen / "agent_loop_rollout_replica_1").glob("*_ascend_pt"))
+    shutil.move(str(pt), str(root / f"rollout-replica1_{pt.name}"))
+    seam = StandInSeam()
+    st = collect(root, seam, seam.probe({}))
+    assert len(seam.calls) == 2
+    assert [s.side for s in st.sources] == ["train", "infer", "infer"]
+    assert all(s.status == "device" for s in st.sources)
+    assert st.sources[0].path.startswith("1/e2e/") and st.sources[2].path.startswith("rollout-replica1_")
