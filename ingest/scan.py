@@ -399,10 +399,13 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     res = ScanResult(rid, "running", parsed, output_dir=output_dir)
     st = collect(output_dir, npu_seam.RecordedOutputSeam(), None, env, run_analyse=False)
     recorded = output_dir / STAGE3_FILE
+    st_json = None
     if recorded.is_file():
         try:
             st_json = json.loads(recorded.read_text(encoding="utf-8"))
         except ValueError:
+            st_json = None
+        if not isinstance(st_json, dict):
             st_json = None
         if st_json:
             console.print(f"stage 3 record of the original scan: {escape(str(recorded))}")
@@ -411,7 +414,12 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     tags = {"scan": "from-output"}
     meta = run_meta(parsed, None, st, "tilake scan --from-output: recorded verl profiler output", tags)
     if recorded.is_file() and st_json:
-        meta["rl_config"]["stage3_recorded"] = st_json
+        # show what the original scan did (analyse() calls, fallbacks) before this re-check
+        merged = dict(meta["rl_config"]["stage3"])
+        merged["operations"] = ([f"(scan) {line}" for line in st_json.get("operations", [])]
+                                + [f"(--from-output) {line}" for line in merged["operations"]])
+        merged["recorded"] = {k: st_json.get(k) for k in ("seam", "real", "comparison", "reason", "sides", "run")}
+        meta["rl_config"]["stage3"] = meta["stage3"] = merged
     meta["source_path"] = str(output_dir.resolve())
     if not st.comparison_possible:
         res.status = "comparison_skipped"
@@ -458,7 +466,7 @@ def write_skipped_report(st: Stage3, out_dir: Path, run_id: str, meta: Dict[str,
     L.append("")
     L.append(f"## 3. {'采集阶段操作记录' if zh else 'Operations attempted'}")
     L.append("")
-    for line in j["operations"]:
+    for line in (meta.get("stage3") or {}).get("operations") or j["operations"]:
         L.append(f"- {line}")
     if st.known_warnings:
         L.append("")

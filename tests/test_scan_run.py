@@ -275,7 +275,25 @@ def test_cli_from_output_raw_inference_is_reported_not_parsed(tmp_path):
                                   "--out", str(tmp_path / "out"), "--lang", "en"])
     assert r.exit_code == 1, r.output
     assert "stages 4–5 skipped" in r.output and not (tmp_path / "lake").exists()
-    assert "torch_npu.profiler.profiler.analyse(" in (tmp_path / "out" / "train_infer_op_diff_report.md").read_text()
+    rep = (tmp_path / "out" / "train_infer_op_diff_report.md").read_text()
+    assert "torch_npu.profiler.profiler.analyse(" in rep and "(scan)" not in rep
+
+
+def test_from_output_shows_the_original_scans_record(tmp_path):
+    """A recorded tilake_scan_stage3.json (e.g. analyse() failed on the NPU host) is shown first."""
+    from tilake.ingest import synth
+    from tilake.ingest.scan_collect import collect, write_stage3
+
+    po = tmp_path / "po"
+    synth.make_profiler_output(po, infer_form="raw", job=synth.JobConfig(layers=2))
+    seam = StandInSeam({"plain": "fail", "db": "fail"})
+    write_stage3(collect(po, seam, seam.probe({})), po / "tilake_scan_stage3.json")
+    r = CliRunner().invoke(main, ["scan", "--from-output", str(po), "--lake", str(tmp_path / "lake"),
+                                  "--out", str(tmp_path / "out"), "--lang", "en"])
+    assert r.exit_code == 1, r.output
+    rep = (tmp_path / "out" / "train_infer_op_diff_report.md").read_text()
+    assert "- (scan) " in rep and "→ failed" in rep and "- (--from-output) " in rep
+    assert "[stand-in (tests)]" in rep
 
 
 @pytest.mark.parametrize("name,needle", [("missing.sh", "no such file"),
