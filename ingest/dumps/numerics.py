@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-CHUNK = 1 << 21  # elements per streamed chunk (2 Mi elements: 16 MiB as float64)
+CHUNK = 1 << 20  # elements per streamed chunk (1 Mi elements: 8 MiB as float64)
 
 # dtype -> (storage bits, mantissa bits, min normal exponent)
 FLOAT_FORMATS: Dict[torch.dtype, Tuple[int, int, int]] = {
@@ -36,6 +36,8 @@ for _name, _fmt in (("float8_e4m3fn", (8, 3, -6)), ("float8_e5m2", (8, 2, -14)),
         FLOAT_FORMATS[getattr(torch, _name)] = _fmt
 
 _INT_VIEW = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
+# torch.bucketize boundaries reproducing ULP_BINS (right=False: boundaries[i-1] < x <= boundaries[i])
+_BUCKETS = [-17, -5, -2, -1, 0, 1, 4, 16]
 
 # signed-ULP histogram bins: (label, low, high) inclusive
 ULP_BINS: List[Tuple[str, float, float]] = [
@@ -91,6 +93,11 @@ def _f64(c: torch.Tensor) -> torch.Tensor:
     return c.to(torch.float64)
 
 
+def _arith(c: torch.Tensor) -> torch.Tensor:
+    """The chunk itself, or an exact float32 copy for float8 (few native kernels exist for it)."""
+    return c.float() if c.dtype.itemsize == 1 and c.is_floating_point() else c
+
+
 def _flat(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().reshape(-1)
     if t.numel() and t.stride(0) != 1:
@@ -100,15 +107,16 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 
 def ordered_bits(x: torch.Tensor) -> torch.Tensor:
-    """Map float values to int64 keys ordered like the values (sign-magnitude → two's complement).
+    """Map float values to integer keys ordered like the values (sign-magnitude → two's complement).
 
     Args:
         x: flat tensor of a dtype in :data:`FLOAT_FORMATS`.
     Returns:
-        int64 tensor, same length; the ULP distance of two finite values is the key difference.
+        int32 (8/16-bit formats) or int64 (32/64-bit) tensor, same length; the ULP distance of two
+        finite values is the key difference (±0 both map to 0).
     """
     bits, _m, _e = FLOAT_FORMATS[x.dtype]
-    raw = x.view(_INT_VIEW[bits]).to(torch.int64)
+    raw = x.view(_INT_VIEW[bits]).to(torch.int32 if bits <= 16 else torch.int64)
     if bits == 8:
         raw = raw & 0xFF
         sign = raw >> 7
@@ -179,15 +187,6 @@ def tensor_stats(t: torch.Tensor) -> Dict[str, Any]:
     }
 
 
-def _bin_index(v: torch.Tensor) -> torch.Tensor:
-    idx = torch.zeros_like(v, dtype=torch.int64)
-    for i, (_l, lo, hi) in enumerate(ULP_BINS):
-        lo_ok = v >= lo if math.isfinite(lo) else torch.ones_like(v, dtype=torch.bool)
-        hi_ok = v <= hi if math.isfinite(hi) else torch.ones_like(v, dtype=torch.bool)
-        idx = torch.where(lo_ok & hi_ok, torch.full_like(idx, i), idx)
-    return idx
-
-
 def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float = 1.0 / 64) -> Dict[str, Any]:
     """Exact gate + ULP quantification of two same-shape tensors (``ref`` = reference side).
 
@@ -221,13 +220,23 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     else:
         nrows, ncols = 1, max(n, 1)
     per_row = max(n // max(nrows, 1), 1)
-    # pass 1: absmax of the reference (finite)
+    # chunks aligned to whole rows so per-row / per-column counts need no index arithmetic
+    aligned = per_row <= CHUNK and nrows * per_row == n and per_row % max(ncols, 1) == 0
+    step = (CHUNK // per_row) * per_row if aligned else CHUNK
+    # pass 1: absmax of the reference over finite values (native dtype; NaN propagates → masked path)
     absmax = 0.0
-    for s in range(0, n, CHUNK):
-        c = a[s:s + CHUNK].to(torch.float64) if not a.is_complex() else a[s:s + CHUNK].abs().to(torch.float64)
-        c = c[torch.isfinite(c)].abs()
-        if c.numel():
-            absmax = max(absmax, float(c.max()))
+    for s in range(0, n, step):
+        c = a[s:s + step]
+        if c.is_complex():
+            c = c.abs()
+        if c.dtype == torch.bool:
+            c = c.to(torch.uint8)
+        m = float(_arith(c).abs().max()) if c.numel() else 0.0
+        if not math.isfinite(m):
+            d = _f64(c)
+            d = d[torch.isfinite(d)].abs()
+            m = float(d.max()) if d.numel() else 0.0
+        absmax = max(absmax, m)
     thresh = absmax * significant_fraction
     mism = 0
     max_abs = 0.0
@@ -238,18 +247,39 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     hist = torch.zeros(len(ULP_BINS), dtype=torch.int64)
     rows = torch.zeros(max(nrows, 1), dtype=torch.int64)
     cols = torch.zeros(max(ncols, 1), dtype=torch.int64)
-    for s in range(0, n, CHUNK):
-        ca, cb = a[s:s + CHUNK], b[s:s + CHUNK]
-        if ca.is_complex() or cb.is_complex():
-            da, db = torch.view_as_real(ca).to(torch.float64), torch.view_as_real(cb).to(torch.float64)
-            da, db = da.abs().sum(-1), db.abs().sum(-1)
+    bounds = torch.tensor(_BUCKETS, dtype=torch.int64)
+    for s in range(0, n, step):
+        ca, cb = a[s:s + step], b[s:s + step]
+        fa_, fb_ = (_arith(ca), _arith(cb)) if floaty else (None, None)
+        finite = floaty and all(math.isfinite(float(f(x))) for x in (fa_, fb_) for f in (torch.min, torch.max))
+        if finite:
+            # fast path: everything from the integer keys; float64 only for the differing elements
+            u = ordered_bits(cb) - ordered_bits(ca)
+            neq = u != 0
+            k = int(neq.sum())
+            if k == 0:
+                continue
+            mism += k
+            au = u.abs()
+            max_ulp = max(max_ulp, int(au.max()))
+            sig = fa_.abs() >= thresh
+            if bool(sig.any()):
+                max_ulp_sig = max(max_ulp_sig, int(torch.where(sig, au, torch.zeros_like(au)).max()))
+            del au, sig
+            un = u[neq]
+            ulp_sum += int(un.sum())
+            p_ = int((un > 0).sum())
+            pos += p_
+            neg += k - p_
+            hist += torch.bincount(torch.bucketize(un.to(torch.int64), bounds), minlength=len(ULP_BINS))
+            del un, u
+            max_abs = max(max_abs, float((_f64(cb[neq]) - _f64(ca[neq])).abs().max()))
         else:
-            da, db = _f64(ca), _f64(cb)
-        fa = fb = both_fin = None
-        if math.isfinite(float(da.min()) + float(da.max()) + float(db.min()) + float(db.max())):
-            neq = da != db
-            both_fin = torch.ones_like(neq)
-        else:
+            if ca.is_complex() or cb.is_complex():
+                da, db = torch.view_as_real(ca).to(torch.float64), torch.view_as_real(cb).to(torch.float64)
+                da, db = da.abs().sum(-1), db.abs().sum(-1)
+            else:
+                da, db = _f64(ca), _f64(cb)
             fa, fb = torch.isfinite(da), torch.isfinite(db)
             both_fin = fa & fb
             nf_eq = (~fa) & (~fb) & ((da == db) | (torch.isnan(da) & torch.isnan(db)))
@@ -257,29 +287,34 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
             one_sided_nf += int(one.sum())
             both_nf += int(nf_eq.sum())
             neq = one | (both_fin & (da != db))
-        k = int(neq.sum())
-        if k == 0:
-            continue
-        mism += k
-        diff = (db - da).abs()
-        diff = torch.where(both_fin, diff, torch.zeros_like(diff))
-        max_abs = max(max_abs, float(diff.max()))
-        idx = torch.nonzero(neq, as_tuple=False).reshape(-1) + s
-        rows += torch.bincount(idx // per_row, minlength=rows.numel())[: rows.numel()]
-        cols += torch.bincount(idx % max(ncols, 1), minlength=cols.numel())[: cols.numel()]
-        if floaty:
-            u = ordered_bits(cb) - ordered_bits(ca)
-            u = torch.where(both_fin, u, torch.zeros_like(u))
-            au = u.abs()
-            max_ulp = max(max_ulp, int(au.max()))
-            sig = both_fin & (da.abs() >= thresh)
-            if bool(sig.any()):
-                max_ulp_sig = max(max_ulp_sig, int(au[sig].max()))
-            un = u[neq & both_fin]
-            ulp_sum += int(un.sum())
-            pos += int((un > 0).sum())
-            neg += int((un < 0).sum())
-            hist += torch.bincount(_bin_index(un.to(torch.float64)), minlength=len(ULP_BINS))
+            k = int(neq.sum())
+            if k == 0:
+                continue
+            mism += k
+            diff = torch.where(both_fin, (db - da).abs(), torch.zeros_like(da))
+            max_abs = max(max_abs, float(diff.max()))
+            if floaty:
+                u = ordered_bits(cb) - ordered_bits(ca)
+                u = torch.where(both_fin, u, torch.zeros_like(u))
+                au = u.abs()
+                max_ulp = max(max_ulp, int(au.max()))
+                sig = both_fin & (da.abs() >= thresh)
+                if bool(sig.any()):
+                    max_ulp_sig = max(max_ulp_sig, int(au[sig].max()))
+                un = u[neq & both_fin]
+                ulp_sum += int(un.sum())
+                pos += int((un > 0).sum())
+                neg += int((un < 0).sum())
+                hist += torch.bincount(torch.bucketize(un.to(torch.int64), bounds), minlength=len(ULP_BINS))
+        if aligned:
+            r0 = s // per_row
+            rc = neq.reshape(-1, per_row).sum(1)
+            rows[r0:r0 + rc.numel()] += rc
+            cols += neq.reshape(-1, max(ncols, 1)).sum(0)
+        else:
+            idx = torch.nonzero(neq, as_tuple=False).reshape(-1) + s
+            rows += torch.bincount(idx // per_row, minlength=rows.numel())[: rows.numel()]
+            cols += torch.bincount(idx % max(ncols, 1), minlength=cols.numel())[: cols.numel()]
     hist[4] += n - mism  # equal elements sit in the "0" bin
     if not same_dtype:
         status = "DTYPE_DIFF"
