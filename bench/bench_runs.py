@@ -87,6 +87,7 @@ def clone_runs(lake: Lake, template: Lake, n: int) -> None:
             select = ", ".join(f'CAST({repl[c]} AS {t}) AS "{c}"' if c in repl else f't."{c}"' for c, t in cols)
             glob = sql_str(str(src / "**" / "*.parquet"))
             staged = lake.root / ".bench-staging" / table
+            staged.parent.mkdir(parents=True, exist_ok=True)
             con.execute(
                 f"COPY (SELECT {select} FROM read_parquet({glob}, hive_partitioning=false, union_by_name=true) t "
                 f"JOIN range({n}) g(i) ON t.run_id = CASE WHEN g.i % 3 = 2 THEN 'tmpl-changed' ELSE 'tmpl-base' END) "
@@ -119,6 +120,19 @@ def clone_runs(lake: Lake, template: Lake, n: int) -> None:
         shutil.rmtree(lake.root / ".bench-staging", ignore_errors=True)
     finally:
         con.close()
+
+
+def node_times(lake: Lake, top: int = 6) -> None:
+    """Where the last dbt invocation spent its time (``run_results.json``): trend marts vs the rest."""
+    import json
+
+    rr = json.loads((lake.root / ".dbt" / "target" / "run_results.json").read_text())
+    res = [(r["unique_id"], r["execution_time"]) for r in rr["results"]]
+    mine = [t for u, t in res if any(k in u for k in (".fct_run_", ".fct_change_", ".int_run_", ".int_runs_versioned"))]
+    print(f"    dbt wall {rr['elapsed_time']:.1f} s; node time: trend models {sum(mine):.1f} s, "
+          f"other nodes {sum(t for _, t in res) - sum(mine):.1f} s (4 threads)")
+    for u, t in sorted(res, key=lambda x: -x[1])[:top]:
+        print(f"    {t:6.2f} s  {u}")
 
 
 def timed(label: str, fn, figures: dict):
@@ -157,6 +171,7 @@ def main(argv=None) -> int:
         print(f"  raw Parquet files: {files}")
         timed(f"{a.runs}-run lake, first build", lambda: dbt_build(lake), f)
         timed(f"{a.runs}-run lake, nothing new", lambda: dbt_build(lake), f)
+        node_times(lake)
         timed("ingest one more run (real ingest)",
               lambda: ingest_small(lake, work, "bench-new", True,
                                    dict(meta, tags={"tool.vllm-ascend": "0.9.2"})), f)
@@ -167,6 +182,7 @@ def main(argv=None) -> int:
         n_new = con.execute("select count(*) from fct_run_op_kernels where run_id = 'bench-new'").fetchone()[0]
         con.close()
         print(f"  registry runs {n_reg}, new run's op-kernel rows {n_new}, dbt success {res.success}")
+        node_times(lake)
         timed("same, build_swapped (copy + atomic swap)", lambda: build_swapped(lake), f)
         timed("full refresh (for comparison)", lambda: dbt_build(lake, full_refresh=True), f)
 

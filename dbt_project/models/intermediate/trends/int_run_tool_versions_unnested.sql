@@ -5,7 +5,8 @@
 -- objects/lists are skipped.
 with r as (
     select run_id, tool_versions, tags
-    from {{ ref('stg_lake__runs') }}
+    from {{ ref('int_runs_versioned') }}
+    where has_profile
 ),
 
 probed as (

@@ -1,6 +1,9 @@
 -- grain: one run id, registered by a profiler ingest (raw `runs`) and/or a dump analysis
 -- (raw `dump_runs`). The registration timestamps are the run's version: a re-ingest writes a new
 -- created_at, so the incremental trend marts reprocess exactly the runs whose version changed.
+-- A table (not a view): the raw runs/dump_runs Parquet (one file per run) is scanned once per build,
+-- and every trend model reads this table instead.
+{{ config(materialized='table') }}
 with p as (
     select * from {{ ref('stg_lake__runs') }}
 ),
@@ -21,8 +24,18 @@ select
     p.run_id is not null as has_profile,
     d.run_id is not null as has_dumps,
     coalesce(p.model_id, 'unknown') as model_id,
-    coalesce(p.model_family, 'unknown') as model_family,
-    p.step,
+    -- family as recorded; when only the model id is known, its leading name (Qwen/Qwen3-0.6B → qwen3),
+    -- the same rule as ingest/runs_registry.model_family_for
+    case when coalesce(p.model_family, 'unknown') <> 'unknown' then p.model_family
+         when coalesce(p.model_id, 'unknown') <> 'unknown'
+              and regexp_extract(lower(regexp_extract(p.model_id, '[^/]*$')), '^[a-z]+(\d+(\.\d+)?)?') <> ''
+             then regexp_extract(lower(regexp_extract(p.model_id, '[^/]*$')), '^[a-z]+(\d+(\.\d+)?)?')
+         else 'unknown' end as model_family,
+    case when coalesce(p.model_family, 'unknown') <> 'unknown' then 'recorded'
+         when coalesce(p.model_id, 'unknown') <> 'unknown' then 'model id'
+         else 'unknown' end as model_family_source,
+    -- step as recorded (scan), else a `--tag step=N` given at ingest
+    coalesce(p.step, try_cast(json_extract_string(p.tags, '$.step') as integer)) as step,
     p.host,
     p.kind,
     p.train_backend,

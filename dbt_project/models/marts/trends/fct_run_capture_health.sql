@@ -31,6 +31,17 @@ caps as (
     from {{ ref('fct_capture_health') }}
     where run_id in (select run_id from todo)
     group by run_id, side
+),
+
+sides as (
+    -- the side's evidence as the operator diff judged it (dim_runs, from int_sides_evidenced)
+    select d.run_id, s.side,
+           case when s.side = 'train' then d.train_evidence else d.infer_evidence end as evidence,
+           case when s.side = 'train' then d.train_ranks_seen else d.infer_ranks_seen end as ranks_seen,
+           case when s.side = 'train' then d.train_ranks_usable else d.infer_ranks_usable end as ranks_usable
+    from {{ ref('dim_runs') }} d
+    cross join (values ('train'), ('infer')) s(side)
+    where d.run_id in (select run_id from todo)
 )
 
 select
@@ -49,6 +60,6 @@ select
     coalesce(c.captures_truncated, 0) as captures_truncated,
     coalesce(c.kernels, 0) as kernels,
     coalesce(c.host_ops, 0) as host_ops
-from {{ ref('int_sides_evidenced') }} e
+from sides e
 join todo on todo.run_id = e.run_id
 left join caps c on c.run_id = e.run_id and c.side = e.side

@@ -25,6 +25,7 @@ select
     v.has_dumps,
     v.model_id,
     v.model_family,
+    v.model_family_source,
     v.step,
     v.host,
     v.kind,
