@@ -210,7 +210,7 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
         parallel = None
     return env.get_template("op_diff_report.md.j2").render(
         lang=lang, f=facts, run=rl, by_side=by_side, stacks=stacks, counts=counts, chart=chart,
-        parallel=parallel, cfg={k: v for k, v in cfg.items() if not k.startswith("_")},
+        parallel=parallel, cfg={k: v for k, v in cfg.items() if not k.startswith("_") and k != "stage3"},
         stage3=cfg.get("stage3"),
         generated_at=generated_at or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
 
