@@ -70,7 +70,7 @@ def hist_chart(row: Dict[str, Any]) -> str:
     colors = ["#c0392b" if k not in ("0",) else "#7f8c8d" for k in labels]
     ax.bar(range(len(labels)), vals, color=colors)
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_xticklabels(labels, fontsize=6, rotation=30)
     ax.set_yscale("symlog")
     ax.set_title(f"{row['boundary']} (round {row['round']}): signed ULP", fontsize=8)
     ax.tick_params(axis="y", labelsize=7)
@@ -95,6 +95,7 @@ def chain_chart(chain: List[Dict[str, Any]], title: str) -> str:
     ax2.set_ylabel("ULP at tensor scale", fontsize=8)
     ax.set_xticks(xs)
     ax.set_xticklabels([c["boundary"] for c in pts], rotation=75, fontsize=6)
+    fig.legend(loc="upper left", fontsize=7, bbox_to_anchor=(0.07, 0.88))
     ax.set_title(title, fontsize=9)
     return _png(fig)
 

@@ -228,3 +228,25 @@ def test_request_rows_cut_from_a_batched_inference_tensor(tmp_path):
     r = {x["boundary"]: x for x in an.boundary_rows}
     assert r["tok"]["status"] == "EXACT" and "infer: request tokens [6:14] of [20, 16]" in r["tok"]["notes"]
     assert r["row"]["status"] == "EXACT" and "infer: request row 2 of batch [3, 8, 16]" in r["row"]["notes"]
+
+
+def test_pt_written_on_an_npu_host_loads_on_cpu(tmp_path, monkeypatch):
+    """A tensor saved on an NPU host is tagged with location 'npu:0'; map_location='cpu' reads it here."""
+    import torch.serialization as ser
+
+    p = tmp_path / "npu.pt"
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3).to(torch.bfloat16)
+    real = ser.location_tag
+    monkeypatch.setattr(ser, "location_tag", lambda storage: "npu:0")
+    torch.save(t, str(p))
+    monkeypatch.setattr(ser, "location_tag", real)
+    assert b"npu:0" in p.read_bytes()
+    got = load_pt(p)
+    assert got.device.type == "cpu" and got.dtype == torch.bfloat16 and torch.equal(got, t)
+
+
+def test_legacy_non_zip_pt_loads_without_mmap(tmp_path):
+    p = tmp_path / "legacy.pt"
+    t = torch.ones(3, dtype=torch.float16)
+    torch.save(t, str(p), _use_new_zipfile_serialization=False)
+    assert torch.equal(load_pt(p), t)
