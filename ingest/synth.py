@@ -4,6 +4,9 @@ Facade of the ``synth_*`` modules, plus a small CLI::
 
     python -m tilake.ingest.synth profiler-output OUT [--infer-form db|raw|text] [--train-ranks N]
                                   [--level level0|level1|level2] [--seed N] [--layers N]
+                                  [--unparsed-train-ranks I ...] [--infer-replicas N] [--schema 2025-01|8.5]
+                                  [--block-columns blockDim|blockNum|block_dim] [--wal] [--session-end ok|null|zero]
+                                  [--no-stack] [--no-mstx]
     python -m tilake.ingest.synth big-db OUT.db --rows N
 
 What you get (see each module for the sources of every format fact):
@@ -164,6 +167,13 @@ def _cli(argv: Optional[list] = None) -> int:
     po.add_argument("--level", choices=LEVELS, default="level1")
     po.add_argument("--seed", type=int, default=0)
     po.add_argument("--layers", type=int, default=28, help="transformer layers (28 = Qwen3-0.6B)")
+    po.add_argument("--infer-replicas", type=int, default=1)
+    po.add_argument("--schema", choices=SCHEMAS, default="2025-01", help="CANN table variant")
+    po.add_argument("--block-columns", choices=tuple(BLOCK_COLUMNS), default="blockDim")
+    po.add_argument("--wal", action="store_true", help="leave the DBs in WAL journal mode")
+    po.add_argument("--session-end", choices=SESSION_END_MODES, default="ok")
+    po.add_argument("--no-stack", action="store_true", help="no PYTORCH_CALLCHAINS")
+    po.add_argument("--no-mstx", action="store_true", help="no MSTX_EVENTS on the training DBs")
     big = sub.add_parser("big-db", help="write a DB with N TASK + N COMPUTE_TASK_INFO rows")
     big.add_argument("out")
     big.add_argument("--rows", type=int, required=True)
@@ -173,7 +183,10 @@ def _cli(argv: Optional[list] = None) -> int:
         if a.cmd == "profiler-output":
             r = make_profiler_output(a.out, infer_form=a.infer_form, train_ranks=a.train_ranks, level=a.level,
                                      seed=a.seed, unparsed_train_ranks=a.unparsed_train_ranks,
-                                     job=JobConfig(layers=a.layers))
+                                     job=JobConfig(layers=a.layers), infer_replicas=a.infer_replicas,
+                                     schema=a.schema, block_columns=a.block_columns, wal=a.wal,
+                                     session_end=a.session_end, with_stack=not a.no_stack,
+                                     infer_with_stack=not a.no_stack, with_mstx=not a.no_mstx)
             print(json.dumps({"root": r["root"], "train": [{k: e[k] for k in ("rank", "dir", "form", "db")}
                                                            for e in r["train"]],
                               "infer": [{k: e[k] for k in ("replica", "dir", "form", "db")} for e in r["infer"]],

@@ -15,7 +15,8 @@ rollout n=2 → 8 sequences of 512+1 tokens, micro-batch 1 → 8 micro-batches; 
 (update) → 24 forwards, 8 backwards; the inference DB holds 8 vLLM engine steps (one 512-token
 prefill each, max_num_batched_tokens=512). Counts therefore follow layers × micro-batches × passes:
 FlashAttentionScore = 28·24 = 672, RmsNorm = (4·28+1)·24 = 2712, FusedInferAttentionScore = 28·8 = 224,
-AddRmsNormBias = (2·28)·8 = 448 — the numbers in the seed's example table.
+AddRmsNormBias = (2·28)·8 = 448 — the numbers in the seed's example table. The DDP gradient/grad-norm
+all-reduces (``hcom_allReduce_``) are kept even for one training rank so the HCCL tables are exercised.
 
 Kernel names follow the real conventions (reference doc §5.1): ``aclnn<Api>_<Impl>_<OpType>`` for
 aclnn ops (e.g. ``aclnnMm_MatMulCommon_MatMulV2``; the real quirk ``aclnnMatmul_MatMulV3Common_MatMulV5``
