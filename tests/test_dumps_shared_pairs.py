@@ -76,6 +76,8 @@ def test_pairA_matches_the_measured_reference_table():
     scans = [s for s in an.layout_scans if s["boundary"] == "L0.q_proj.out"]
     assert scans and scans[0]["chosen"] == "concat" and scans[0]["scores"]["concat"] == pytest.approx(1.0)
     assert scans[0]["scores"]["per_group"] < 0.9
+    gate = [s for s in an.layout_scans if s["boundary"] == "L1.gate_proj.out"][0]
+    assert gate["chosen"] == "concat" and gate["scores"]["interleaved"] < 0.9
     # weights: every mapped weight bitwise equal; lm_head has no inference-side slot
     w = {r["boundary"]: r["status"] for r in an.weight_rows}
     assert w.pop("lm_head.weight") == "evidence_missing"

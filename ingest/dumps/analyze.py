@@ -166,7 +166,7 @@ def compare_boundary(pair: Pair, b: M.Boundary, round_no: int = 0, isolated: Seq
         row[f"{s}_exec_order"] = min(x.exec_order for x in res[s].slots)
         row[f"{s}_files"] = [x.data_name for x in res[s].slots]
     # materialise the side without an "auto" layout first (the other may need it for its scan)
-    order = sorted(M.SIDES, key=lambda s: any(("qkv_part" in t or "qkv_to_concat" in t) if isinstance(t, dict) else False
+    order = sorted(M.SIDES, key=lambda s: any(("qkv_part" in t or "qkv_to_concat" in t or "gate_up_part" in t) if isinstance(t, dict) else False
                                               for t in res[s].transforms))
     tens: Dict[str, Any] = {}
     try:

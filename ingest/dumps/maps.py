@@ -448,6 +448,31 @@ def apply_transform(t, tr: Any, dims: Dict[str, int], view: Optional[SideView], 
             layout = best
         t = cands[layout]
         notes.append(f"qkv regrouped from {layout} layout to [q; k; v]")
+    elif kind == "gate_up_part":
+        # fused gate/up: vLLM / Megatron concatenate [gate; up]; some fused kernels interleave rows
+        part, layout = arg["part"], arg.get("layout", "auto")
+        if "inter" not in dims:
+            raise Unavailable("gate/up slicing needs dim 'inter', not derivable from this dump")
+        i = dims["inter"]
+        if t.shape[-1] != 2 * i:
+            raise Unavailable(f"fused gate_up last dim {t.shape[-1]} != 2*inter = {2 * i}")
+        k = 0 if part == "gate" else 1
+        cands = {"concat": t[..., k * i:(k + 1) * i], "interleaved": t[..., k::2]}
+        if layout == "auto":
+            if other is None:
+                raise Unavailable("gate_up layout 'auto' needs the other side's tensor for a correlation scan")
+            scan = {lay: (pearson(c, other) if tuple(c.shape) == tuple(other.shape) else None)
+                    for lay, c in cands.items()}
+            best = max(scan, key=lambda x: -2 if scan[x] is None else scan[x])
+            if scan[best] is None:
+                raise Unavailable(f"gate_up layout scan: no candidate has the other side's shape {list(other.shape)}")
+            ev = ", ".join(f"{x} r={v:.4f}" if v is not None else f"{x} r=n/a" for x, v in scan.items())
+            notes.append(f"gate_up layout scan ({part}): {ev} → {best}")
+            context.setdefault("_scans", []).append({"part": part, "scores": scan, "chosen": best,
+                                                     "layouts_coincide": False})
+            layout = best
+        t = cands[layout]
+        notes.append(f"gate_up part {part} ({layout} layout)")
     elif kind == "select_row":
         idx = context.get("request_index", arg if isinstance(arg, int) else None)
         if idx is None:
