@@ -27,7 +27,8 @@ _API_LEVEL = {20000: "acl", 10000: "node", 5000: "runtime", 5500: "hccl", 15000:
 
 
 def _us(ns: int) -> str:
-    return f"{ns / 1000:.3f}"
+    """ns → µs string with 3 decimals, exact (float would lose digits at epoch-ns magnitudes)."""
+    return f"{ns // 1000}.{ns % 1000:03d}"
 
 
 def write_text_export(folder: Union[str, Path], population: Population, *, rank: int = 0, level: str = "level1",
