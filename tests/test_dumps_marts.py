@@ -13,8 +13,7 @@ from tilake.build import dbt_build  # noqa: E402
 from tilake.ingest.duck import connect  # noqa: E402
 from tilake.ingest.dumps import analyze as A  # noqa: E402
 from tilake.ingest.dumps import maps as M  # noqa: E402
-from tilake.ingest.dumps.lakeio import write_lake  # noqa: E402
-from tilake.ingest.dumps.run import DUMP_MODELS  # noqa: E402
+from tilake.ingest.dumps.run import DUMP_MODELS, run_analyze  # noqa: E402
 from tilake.ingest.lake import Lake  # noqa: E402
 
 
@@ -36,12 +35,16 @@ def test_marts_match_python(tmp_path):
         rounds.append(A.RoundInput(tmp_path / "train", tmp_path / f"r{k}"))
         an = A.analyze_pair(rounds, bmap)
     lake = Lake(tmp_path / "lake")
-    written = write_lake(lake, "gen-scale", an, rounds, {"model": "gen"})
-    assert written["tensor_stats"] > 0 and written["stub_rounds"] == 2
-    res = dbt_build(lake, select=DUMP_MODELS)
-    assert res.success, res.failures
-    # the unit tests ran and passed as part of the build
-    assert {n for n, t, s, _m in res.nodes if str(t).endswith("unit_test") and s == "pass"} >= {
+    # the CLI path: every round, lake write and dbt build of the dump models in one call
+    res = run_analyze(rounds[0].train, rounds[0].infer, tmp_path / "out", rounds=[(r.train, r.infer) for r in rounds[1:]],
+                      card_items=["model=gen"], lake_path=lake.root, run_id="gen-scale", build=True, charts=False,
+                      show_progress=False)
+    assert res["lake_rows"]["tensor_stats"] > 0 and res["lake_rows"]["stub_rounds"] == 2
+    assert res["dbt_nodes"] and res["points"] == [(0, "L0.attn_core.out", "logic-level"), (1, "L1.attn_core.out", "logic-level")]
+    # the SQL unit tests ran and passed as part of a build
+    bres = dbt_build(lake, command="test", select=DUMP_MODELS)
+    assert bres.success, bres.failures
+    assert {n for n, t, s, _m in bres.nodes if str(t).endswith("unit_test") and s == "pass"} >= {
         "first_divergence_needs_all_predecessors_compared", "difference_point_requires_equal_inputs",
         "first_divergence_in_sql"}
     con = connect(lake.warehouse, read_only=True)
