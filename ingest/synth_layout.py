@@ -185,7 +185,8 @@ def write_analysed(raw_dir: Union[str, Path], form: str = "db") -> dict:
                                with_mstx=o["msprof_tx"], world_size=o["world_size"], timeline=tl,
                                host_name=o.get("host_name", "node-0"), **o["db"])
     text = write_text_export(out, pop, rank=rank, level=o["level"], seed=o["seed"], start_ns=o["start_ns"],
-                             with_stack=o["with_stack"], timeline=tl, schema=o["db"].get("schema", "2025-01"))
+                             with_stack=o["with_stack"], timeline=tl, schema=o["db"].get("schema", "2025-01"),
+                             block_columns=o["db"].get("block_columns", "blockDim"))
     return {"dir": str(pt), "form": form, "db": db, "text": text}
 
 

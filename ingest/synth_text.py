@@ -33,7 +33,8 @@ def _us(ns: int) -> str:
 
 def write_text_export(folder: Union[str, Path], population: Population, *, rank: int = 0, level: str = "level1",
                       schema: str = "2025-01", seed: int = 0, start_ns: Optional[int] = None,
-                      with_stack: bool = False, timeline: Optional[Timeline] = None) -> dict:
+                      with_stack: bool = False, block_columns: str = "blockDim", device_id: Optional[int] = None,
+                      timeline: Optional[Timeline] = None) -> dict:
     """Write the four CSVs into ``folder`` (an ``ASCEND_PROFILER_OUTPUT`` directory).
 
     Args:
@@ -42,7 +43,12 @@ def write_text_export(folder: Union[str, Path], population: Population, *, rank:
         rank, seed, start_ns: as for :func:`write_profiler_db` (same values → same times as the DB).
         level: ``level0`` writes the short kernel_details header with ``Type = N/A`` and no
             op_statistic/api_statistic (those need level1+, reference doc §3.1).
-        schema: ``2025-01`` → communication accelerator ``HCCL``; else ``COMMUNICATION``.
+        schema: ``2025-01`` → the fixture's headers and communication accelerator ``HCCL``; ``8.5`` →
+            ``COMMUNICATION`` and a ``Device_id`` column (kernel_details after ``Step Id``, first column of
+            op_statistic/api_statistic: torch_npu ≥ 7.1.0 / current msprof, reference doc §3.3).
+        block_columns: ``blockNum`` renames ``Block Dim``/``Mix Block Dim`` to ``Block Num``/``Mix Block Num``
+            (torch_npu 26.0.0 / CANN 9.0).
+        device_id: value of the ``Device_id`` column (default ``rank``).
         with_stack: fill operator_details ``Call Stack`` (vllm-ascend records no stack by default).
         timeline: a prebuilt timeline.
     Returns:
@@ -56,7 +62,11 @@ def write_text_export(folder: Union[str, Path], population: Population, *, rank:
     kernels = sorted(tl.kernels, key=lambda kr: kr.start_ns)
     files = []
     # kernel_details.csv
-    header = KERNEL_DETAILS_HEADER_L0 if l0 else KERNEL_DETAILS_HEADER_L1
+    header = list(KERNEL_DETAILS_HEADER_L0 if l0 else KERNEL_DETAILS_HEADER_L1)
+    if block_columns == "blockNum":
+        header = [{"Block Dim": "Block Num", "Mix Block Dim": "Mix Block Num"}.get(h, h) for h in header]
+    with_dev = schema != "2025-01"
+    dev = rank if device_id is None else device_id
     n_pmu = len(KERNEL_DETAILS_HEADER_L1) - KERNEL_DETAILS_HEADER_L1.index("aicore_time(us)")
     rows = []
     prev_end = None
@@ -90,8 +100,8 @@ def write_text_export(folder: Union[str, Path], population: Population, *, rank:
                      k.output_formats or "N/A", "N/A"] + pmu)
     with open(folder / "kernel_details.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\r\n")
-        w.writerow(header)
-        w.writerows(rows)
+        w.writerow(header[:1] + ["Device_id"] + header[1:] if with_dev else header)
+        w.writerows([r[:1] + [dev] + r[1:] for r in rows] if with_dev else rows)
     files.append("kernel_details.csv")
     counts: Dict[str, int] = defaultdict(int)
     for kr in kernels:
@@ -107,9 +117,9 @@ def write_text_export(folder: Union[str, Path], population: Population, *, rank:
         out = sorted(groups.items(), key=lambda kv: -sum(kv[1]))
         with open(folder / "op_statistic.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh, lineterminator="\n")
-            w.writerow(OP_STATISTIC_HEADER)
+            w.writerow((["Device_id"] if with_dev else []) + OP_STATISTIC_HEADER)
             for (op_type, core), v in out:
-                w.writerow([op_type, core, len(v), round(sum(v), 3), round(min(v), 3), round(sum(v) / len(v), 3),
+                w.writerow(([dev] if with_dev else []) + [op_type, core, len(v), round(sum(v), 3), round(min(v), 3), round(sum(v) / len(v), 3),
                             round(max(v), 3), round(100 * sum(v) / total, 3)])
         op_stat_rows = len(out)
         files.append("op_statistic.csv")
@@ -121,9 +131,9 @@ def write_text_export(folder: Union[str, Path], population: Population, *, rank:
                 agroups[("runtime", "KernelLaunch")].append((end - start - 600) / 1000)
         with open(folder / "api_statistic.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh, lineterminator="\n")
-            w.writerow(API_STATISTIC_HEADER)
+            w.writerow((["Device_id"] if with_dev else []) + API_STATISTIC_HEADER)
             for (lvl, name), v in sorted(agroups.items()):
-                w.writerow([lvl, name, round(sum(v), 2), len(v), round(sum(v) / len(v), 3), round(min(v), 2),
+                w.writerow(([dev] if with_dev else []) + [lvl, name, round(sum(v), 2), len(v), round(sum(v) / len(v), 3), round(min(v), 2),
                             round(max(v), 2), round(statistics.pvariance(v), 3)])
         api_rows = len(agroups)
         files.append("api_statistic.csv")

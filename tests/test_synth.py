@@ -490,3 +490,13 @@ def test_insert_after_models_a_version_change(tmp_path):
     assert s["op_type_counts"]["Cast"] == 16 + 8
     ops = [op for op in pop.ops if op.kernels and op.kernels[0].op_type == "Cast" and op.layer >= 0]
     assert len(ops) == 16 and all(op.module == "attention" for op in ops)
+
+
+def test_text_header_variants(tmp_path):
+    write_text_export(tmp_path, infer_population(SMALL), schema="8.5", block_columns="blockNum", rank=3)
+    h = read_header(tmp_path / "kernel_details.csv")
+    assert h[:2] == ["Step Id", "Device_id"] and "Block Num" in h and "Mix Block Num" in h and "Block Dim" not in h
+    assert read_header(tmp_path / "op_statistic.csv")[:2] == ["Device_id", "OP Type"]
+    assert read_header(tmp_path / "api_statistic.csv")[:2] == ["Device_id", "Level"]
+    with open(tmp_path / "kernel_details.csv", newline="", encoding="utf-8") as fh:
+        assert {r["Device_id"] for r in csv.DictReader(fh)} == {"3"}
