@@ -53,6 +53,7 @@ class Analysis:
     sides: Dict[str, dict] = field(default_factory=dict)
     dims: Dict[str, int] = field(default_factory=dict)
     layout_scans: List[dict] = field(default_factory=list)
+    logprob: Dict[str, Any] = field(default_factory=dict)
 
 
 class Pair:
@@ -142,7 +143,7 @@ def _padded_vs_packed(a, b) -> bool:
     return False
 
 
-def compare_boundary(pair: Pair, b: M.Boundary, round_no: int = 0, isolated: Sequence[str] = ()) -> dict:
+def compare_boundary(pair: Pair, b: M.Boundary, round_no: int = 0) -> dict:
     """Run the exact gate and ULP quantification on one boundary. Never raises for bad data.
 
     Returns:
@@ -400,8 +401,7 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
     else:
         ev = [f"{len(cmp)} weight tensors bitwise equal (fused qkv/gate_up weights sliced by rows)"]
         ev += [f"not compared: {w['boundary']} — {w.get('reason')}" for w in miss]
-        out.append({"hypothesis": "weights not in sync", "status": "excluded" if not miss else "excluded",
-                    "evidence": ev})
+        out.append({"hypothesis": "weights not in sync", "status": "excluded", "evidence": ev})
     # inputs / padding
     emb = next((r for r in rows if r["boundary"] == (pair.bmap.get("layer_input") or {}).get("first")), None)
     pad_notes = sorted({n for r in rows for n in r.get("notes", []) if "unpad" in n or "unified" in n})

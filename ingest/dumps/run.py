@@ -14,6 +14,7 @@ from ..errors import TilakeError
 from . import analyze as A
 from . import maps as M
 from . import outputs as O
+from .outputs import UNKNOWN
 
 DUMP_MODELS = ["stg_lake_dumps__dump_runs", "stg_lake_dumps__tensor_stats", "stg_lake_dumps__boundary_results",
                "stg_lake_dumps__stub_rounds", "int_boundaries_ordered", "fct_boundary_diffs",
@@ -118,6 +119,13 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     finally:
         if prog:
             prog.stop()
+    first = next((r for r in an.boundary_rows if r["round"] == 0 and r.get("train_shape")), None)
+    card["observed"] = {
+        "token_rows": ({s: (first.get(f"{s}_shape") or [None])[0] for s in ("train", "infer")} if first else UNKNOWN),
+        "source": (f"dim 0 of boundary {first['boundary']} after the map's transforms" if first else
+                   "no boundary could be read"),
+        "layers": {s: an.sides.get(s, {}).get("layers", UNKNOWN) for s in ("train", "infer")},
+    }
     paths = O.write_outputs(an, card, Path(out_dir), render=True) if charts else \
         O.write_outputs(an, card, Path(out_dir), render=False)
     if not charts:
