@@ -39,6 +39,8 @@ import torch.nn.functional as F
 
 @dataclass
 class Cfg:
+    """Model/run config (defaults = the shared pairs' tiny Qwen3: vocab 128, hidden 32, 2 layers, GQA 4/2, seq 8)."""
+
     vocab: int = 128
     hidden: int = 32
     inter: int = 64
@@ -117,6 +119,7 @@ class Dumper:
 
     # -- modules
     def attach(self, model: nn.Module) -> None:
+        """Hook every submodule (not the root, as msprobe does): call order, parents, I/O, ``load``."""
         for name, mod in model.named_modules():
             if not name:
                 continue  # msprobe does not dump the model object itself
@@ -168,6 +171,7 @@ class Dumper:
         return out
 
     def write(self, shuffle_dump_json: bool = False) -> Path:
+        """Write dump.json (completion order; reversed when ``shuffle_dump_json``), construct.json, stack.json."""
         keys = list(self.data)
         if shuffle_dump_json:
             keys = keys[::-1]
@@ -191,6 +195,7 @@ def _api(name, fn, *args):
 
 # ------------------------------------------------------------------------------ shared math
 def rope_cos_sin(cfg: Cfg, positions: torch.Tensor, theta: Optional[float] = None):
+    """Neox-style RoPE tables ``[S, head_dim/2]`` in the model dtype (identical on both sides)."""
     half = cfg.head_dim // 2
     inv = 1.0 / ((theta or cfg.theta) ** (torch.arange(0, half, dtype=torch.float32) / half))
     f = positions.float()[:, None] * inv[None, :]
@@ -198,6 +203,7 @@ def rope_cos_sin(cfg: Cfg, positions: torch.Tensor, theta: Optional[float] = Non
 
 
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm in fp32, rounded back to the input dtype, then scaled (HF Qwen3RMSNorm order)."""
     h = x.float()
     var = h.pow(2).mean(-1, keepdim=True)
     h = h * torch.rsqrt(var + eps)
@@ -238,6 +244,8 @@ def _rotate_half(x):
 
 
 class HFAttention(nn.Module):
+    """HF Qwen3Attention: separate q/k/v/o, q/k norm, RoPE as plain tensor ops, ``[1, S, H]`` layout."""
+
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
@@ -356,6 +364,8 @@ class RowParallelLinear(VLinear):
 
 
 class VRMSNorm(nn.Module):
+    """vLLM RMSNorm with the fused residual add; normalises the rounded residual (see module docstring)."""
+
     def __init__(self, n, eps):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(n), requires_grad=False)
@@ -405,6 +415,8 @@ class Attention(nn.Module):
 
 
 class VAttention(nn.Module):
+    """vLLM Qwen3Attention: fused qkv_proj, per-layer rotary module, Attention module, token-major ``[S, H]``."""
+
     def __init__(self, cfg, theta, scale):
         super().__init__()
         self.cfg = cfg
@@ -537,6 +549,7 @@ def weights(cfg: Cfg) -> Dict[str, torch.Tensor]:
 
 
 def build_train(cfg: Cfg, w: Dict[str, torch.Tensor]) -> HFForCausalLM:
+    """HF-style model holding ``w`` (no copies: meta device + ``assign``)."""
     with torch.device("meta"):
         m = HFForCausalLM(cfg)
     m.load_state_dict(w, assign=True)
@@ -575,6 +588,7 @@ def build_infer(cfg: Cfg, w: Dict[str, torch.Tensor], fault: Optional[str] = Non
 
 
 def prompt(cfg: Cfg) -> torch.Tensor:
+    """Deterministic token ids ``[seq]``."""
     g = torch.Generator().manual_seed(cfg.seed + 1)
     return torch.randint(0, cfg.vocab, (cfg.seq,), generator=g)
 

@@ -360,6 +360,7 @@ def find_points(rows: List[dict], cfg: dict, round_no: int, isolated: Sequence[s
             continue
         if r.get("inputs_equal"):
             pts.append({"round": round_no, "boundary": r["boundary"], "position": r["position"],
+                        "train_source": r.get("train_source"), "infer_source": r.get("infer_source"),
                         "class": r.get("class"), "evidence": r.get("class_evidence", []),
                         "status": r["status"], "max_abs_diff": r.get("max_abs_diff"),
                         "tensor_ulp": r.get("tensor_ulp"), "pattern": r.get("pattern")})
