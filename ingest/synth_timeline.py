@@ -110,10 +110,13 @@ def build_timeline(pop: Population, rank: int = 0, seed: int = 0, start_ns: Opti
     for idx, op in enumerate(pop.ops):
         thread = "backward" if op.direction == "backward" else "main"
         if op.phase != phase:
+            # a phase ends with a host sync on its results (log-probs to CPU, optimizer step done): the
+            # MSTX range covers the phase's device kernels too
+            synced = max(host["main"], host["backward"], dev_t, queue_t)
             if phase is not None:
-                tl.phases.append((phase, phase_start, max(host["main"], host["backward"])))
+                tl.phases.append((phase, phase_start, synced + 5_000))
             phase = op.phase
-            host["main"] = host["backward"] = max(host["main"], host["backward"]) + 50_000
+            host["main"] = host["backward"] = synced + 50_000
             phase_start = host["main"]
             if pop.side == "train" and not tl.phases and "generate_sequences" in pop.phases \
                     and phase != "generate_sequences":

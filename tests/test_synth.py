@@ -500,3 +500,20 @@ def test_text_header_variants(tmp_path):
     assert read_header(tmp_path / "api_statistic.csv")[:2] == ["Device_id", "Level"]
     with open(tmp_path / "kernel_details.csv", newline="", encoding="utf-8") as fh:
         assert {r["Device_id"] for r in csv.DictReader(fh)} == {"3"}
+
+
+def test_mstx_ranges_cover_their_kernels(train_db):
+    con = ro(train_db[0])
+    ranges = con.execute("SELECT s.value, m.startNs, m.endNs FROM MSTX_EVENTS m JOIN STRING_IDS s ON s.id = m.message "
+                         "ORDER BY m.startNs").fetchall()
+    assert all(a[2] <= b[1] for a, b in zip(ranges, ranges[1:]))          # ordered, not overlapping
+    per_phase = dict(con.execute(
+        "SELECT s.value, COUNT(*) FROM COMPUTE_TASK_INFO c JOIN TASK t USING (globalTaskId) JOIN MSTX_EVENTS m "
+        "ON t.startNs BETWEEN m.startNs AND m.endNs JOIN STRING_IDS s ON s.id = m.message GROUP BY 1"))
+    pop = train_population(SMALL)
+    want = {}
+    for op in pop.ops:
+        for k in op.kernels:
+            if k.accelerator != "COMMUNICATION":
+                want[op.phase] = want.get(op.phase, 0) + 1
+    assert per_phase == want and "generate_sequences" not in per_phase
