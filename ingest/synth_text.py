@@ -119,8 +119,9 @@ def write_text_export(folder: Union[str, Path], population: Population, *, rank:
             w = csv.writer(fh, lineterminator="\n")
             w.writerow((["Device_id"] if with_dev else []) + OP_STATISTIC_HEADER)
             for (op_type, core), v in out:
-                w.writerow(([dev] if with_dev else []) + [op_type, core, len(v), round(sum(v), 3), round(min(v), 3), round(sum(v) / len(v), 3),
-                            round(max(v), 3), round(100 * sum(v) / total, 3)])
+                w.writerow(([dev] if with_dev else []) + [
+                    op_type, core, len(v), round(sum(v), 3), round(min(v), 3), round(sum(v) / len(v), 3),
+                    round(max(v), 3), round(100 * sum(v) / total, 3)])
         op_stat_rows = len(out)
         files.append("op_statistic.csv")
         # api_statistic.csv: CANN_API grouped by (level, name)
@@ -133,8 +134,9 @@ def write_text_export(folder: Union[str, Path], population: Population, *, rank:
             w = csv.writer(fh, lineterminator="\n")
             w.writerow((["Device_id"] if with_dev else []) + API_STATISTIC_HEADER)
             for (lvl, name), v in sorted(agroups.items()):
-                w.writerow(([dev] if with_dev else []) + [lvl, name, round(sum(v), 2), len(v), round(sum(v) / len(v), 3), round(min(v), 2),
-                            round(max(v), 2), round(statistics.pvariance(v), 3)])
+                w.writerow(([dev] if with_dev else []) + [
+                    lvl, name, round(sum(v), 2), len(v), round(sum(v) / len(v), 3), round(min(v), 2),
+                    round(max(v), 2), round(statistics.pvariance(v), 3)])
         api_rows = len(agroups)
         files.append("api_statistic.csv")
     # operator_details.csv: one row per framework op record (PYTORCH_API type 50001)
