@@ -30,6 +30,8 @@ def _env():
                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["fmt"] = _fmt
     env.filters["tojson_compact"] = lambda v: json.dumps(v, ensure_ascii=False)
+    # markdown table cells: a literal "|" (as in "max|diff|") would split the cell
+    env.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
     return env
 
 
