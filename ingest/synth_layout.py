@@ -27,7 +27,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from .synth_db import write_profiler_db
+from .synth_db import HCCL_GROUP, write_profiler_db
 from .synth_population import HostOp, JobConfig, Kernel, Population, infer_population, train_population
 from .synth_text import write_text_export
 from .synth_timeline import DEFAULT_START_NS, build_timeline
@@ -126,6 +126,8 @@ def write_raw(pt_dir: Union[str, Path], population: Population, *, rank: int = 0
                                     "data_parallel_size": world_size, "context_parallel_size": 1,
                                     "expert_model_parallel_size": j.ep, "sequence_parallel": False,
                                     "rank": rank, "world_size": world_size}
+        meta["parallel_group_info"] = {HCCL_GROUP: {"group_name": "dp", "group_rank": rank,
+                                                    "global_ranks": list(range(world_size))}}
     _dump_json(pt / "profiler_metadata.json", meta)
     fw = pt / "FRAMEWORK"
     fw.mkdir(exist_ok=True)

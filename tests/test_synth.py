@@ -409,6 +409,8 @@ def test_profiler_output_layout_8_ranks_2_unparsed(tmp_path):
         rest = sorted(set(files) - set(prof))
         db = [f"ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_{rank}.db"] if rank not in (3, 6) else []
         assert rest == sorted(db + RAW_FILES + [f"profiler_info_{rank}.json"])
+        meta = json.loads((d / "profiler_metadata.json").read_text())
+        assert meta["parallel_group_info"][synth_db.HCCL_GROUP]["global_ranks"] == list(range(8))
         info = json.loads((d / f"profiler_info_{rank}.json").read_text())
         assert info["config"]["experimental_config"]["_profiler_level"] == "Level1"
         if db:
