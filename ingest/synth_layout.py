@@ -109,6 +109,22 @@ def write_raw(pt_dir: Union[str, Path], population: Population, *, rank: int = 0
               pid: Optional[int] = None, host_name: str = "node-0", timeline=None) -> dict:
     """Write an unparsed ``*_ascend_pt`` folder (what vllm-ascend leaves before ``analyse()``).
 
+    Contents: ``profiler_info_{rank}.json`` (torch_npu keys from the real fixture; ``_profiler_level``,
+    ``_export_type``, ``_msprof_tx`` set from the arguments), ``profiler_metadata.json`` (ENV_VARIABLES,
+    plus ``distributed_args``/``parallel_group_info`` for training), ``FRAMEWORK/torch.op_range`` (the
+    synthetic encoding :func:`write_analysed` reads), ``FRAMEWORK/torch.op_mark``,
+    ``PROF_<n>_<ts>_<ID>/host/{info.json,data/…}`` and ``PROF_…/device_<rank>/{start_info.<rank>,data/…}``.
+
+    Args:
+        pt_dir: the ``*_ascend_pt`` folder to write (created).
+        population: what the capture holds.
+        rank, level, seed, start_ns, pid, world_size: as for :func:`write_profiler_db`.
+        export_type: ``text`` (vllm-ascend) or ``db`` (verl training).
+        msprof_tx / with_stack: the profiler switches (recorded; used by :func:`write_analysed`).
+        db_options: extra :func:`write_profiler_db` keywords used when the folder is analysed
+            (schema, block_columns, wal, session_end, device_tables).
+        host_name: recorded in ``host/info.json`` and later in HOST_INFO.
+        timeline: a prebuilt timeline (must match the other arguments).
     Returns:
         ``{"dir", "files": [relative paths]}``.
     """
@@ -226,7 +242,8 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
         start_ns: session start of rank 0 (default fixed).
     Returns:
         ``{"root", "train": [per-rank dicts], "infer": [per-replica dicts], "expected": {...}}``; each
-        rank dict has ``rank, dir, form, db`` (DB path or None), ``summary`` (the writer's summary);
+        rank dict has ``rank, dir, form, db`` (DB path or None), ``summary`` (the writer's summary;
+        for a ``text`` replica the text-export summary), ``raw_files`` (training) / ``text`` (inference);
         ``expected`` holds ``train_kernels, infer_kernels, train_op_types, infer_op_types,
         train_host_ops, infer_host_ops`` for one rank/replica.
     Raises:
