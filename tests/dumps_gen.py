@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -265,8 +266,9 @@ class HFAttention(nn.Module):
         v = self.v_proj(hidden_states).view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
         cos, sin = position_embeddings
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        q = _api("Tensor.__add__", torch.add, q * cos, _rotate_half(q) * sin)
-        k = _api("Tensor.__add__", torch.add, k * cos, _rotate_half(k) * sin)
+        # operator.add → Tensor.__add__, which is what real msprobe records for HF's apply_rotary_pos_emb
+        q = _api("Tensor.__add__", operator.add, q * cos, _rotate_half(q) * sin)
+        k = _api("Tensor.__add__", operator.add, k * cos, _rotate_half(k) * sin)
         o = sdpa(q, k, v, c.heads // c.kv_heads, c.head_dim ** -0.5)
         o = o.transpose(1, 2).reshape(b, s, c.heads * c.head_dim)
         return self.o_proj(o), None
@@ -629,3 +631,32 @@ def dump_infer(cfg: Cfg, root: Path, fault: Optional[str] = None, load: Optional
         d.active = False
         _D = None
     return d.write(shuffle_dump_json=shuffle_dump_json)
+
+
+def dump_with_msprobe(cfg: Cfg, side: str, out: Path, fault: Optional[str] = None,
+                      config: Optional[str] = None) -> None:
+    """Dump one side with the real msprobe (``mindstudio-probe``; one side per process: its debugger
+    is a process-wide singleton). Same models and weights as :func:`dump_train` / :func:`dump_infer`.
+    ``config``: an msprobe config.json (e.g. the one ``tilake dumps stub-prepare`` writes, with ``load``)."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    w = weights(cfg)
+    m = build_train(cfg, w) if side == "train" else build_infer(cfg, w, fault)
+    if config:
+        dbg = PrecisionDebugger(config_path=config, dump_path=str(out))
+    else:
+        dbg = PrecisionDebugger(task="tensor", level="mix", dump_path=str(out))
+    with torch.no_grad():
+        dbg.start(model=m)
+        if side == "train":
+            m(prompt(cfg)[None])
+        else:
+            m(prompt(cfg), torch.arange(cfg.seq))
+        dbg.stop()
+
+
+if __name__ == "__main__":  # python tests/dumps_gen.py SIDE OUT [FAULT|-] [MSPROBE_CONFIG]  (real msprobe)
+    import sys
+
+    _f = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+    dump_with_msprobe(Cfg(), sys.argv[1], Path(sys.argv[2]), _f, sys.argv[4] if len(sys.argv) > 4 else None)

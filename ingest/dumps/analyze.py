@@ -567,7 +567,8 @@ def prepare_stub_source(pair: Pair, instruction: dict, out_dir: Path) -> List[Pa
     """Write the transformed source tensors where msprobe ``load`` looks for them.
 
     Layout: ``<out>/step{S}/rank{R}/dump_tensor_data/<target_entry>.input.<i>.pt`` (the target
-    side's step and rank; ``rank0`` for proc folders).
+    side's step and rank folder name; a ``proc*`` name for non-distributed runs, where msprobe takes
+    the first ``proc*`` folder it finds).
 
     Raises:
         TilakeError: the instruction is not available or a source file cannot be read.
@@ -578,7 +579,8 @@ def prepare_stub_source(pair: Pair, instruction: dict, out_dir: Path) -> List[Pa
         raise TilakeError("this stub instruction cannot be applied: " + str(instruction.get("reason")))
     target, source = instruction["target_side"], instruction["source_side"]
     td = pair.dumps[target]
-    d = Path(out_dir) / f"step{td.step or 0}" / f"rank{td.rank or 0}" / "dump_tensor_data"
+    # msprobe load reads step{S}/rank{R}/ for distributed runs and the first proc*/ folder otherwise
+    d = Path(out_dir) / f"step{td.step or 0}" / (td.proc or f"rank{td.rank or 0}") / "dump_tensor_data"
     d.mkdir(parents=True, exist_ok=True)
     written = []
     for m in instruction.get("modules_all") or instruction["modules"]:
