@@ -54,6 +54,9 @@ class Cfg:
     seq: int = 8
     dtype: torch.dtype = torch.bfloat16
     seed: int = 1234
+    # "eager" = HF eager attention on the training side (matmul + softmax): a rounding-level difference
+    # against the inference side's SDPA, as in the shared pairs
+    train_attn: str = "sdpa"
 
 
 # ------------------------------------------------------------------------------ dumper
@@ -218,6 +221,17 @@ def sdpa(q, k, v, kv_rep: int, scale: float):
     return F.scaled_dot_product_attention(q.contiguous(), k, v, is_causal=True, scale=scale)
 
 
+def eager_attention(q, k, v, kv_rep: int, scale: float):
+    """HF eager attention: matmul, causal mask, softmax in fp32, matmul (bf16 rounding differs from SDPA)."""
+    k = k.repeat_interleave(kv_rep, dim=1)
+    v = v.repeat_interleave(kv_rep, dim=1)
+    w = torch.matmul(q, k.transpose(2, 3)) * scale
+    s = q.shape[2]
+    w = w.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(w, v)
+
+
 # ------------------------------------------------------------------------------ HF style (train)
 class HFRMSNorm(nn.Module):
     def __init__(self, n, eps):
@@ -269,7 +283,10 @@ class HFAttention(nn.Module):
         # operator.add → Tensor.__add__, which is what real msprobe records for HF's apply_rotary_pos_emb
         q = _api("Tensor.__add__", operator.add, q * cos, _rotate_half(q) * sin)
         k = _api("Tensor.__add__", operator.add, k * cos, _rotate_half(k) * sin)
-        o = sdpa(q, k, v, c.heads // c.kv_heads, c.head_dim ** -0.5)
+        if c.train_attn == "eager":
+            o = eager_attention(q, k, v, c.heads // c.kv_heads, c.head_dim ** -0.5)
+        else:
+            o = sdpa(q, k, v, c.heads // c.kv_heads, c.head_dim ** -0.5)
         o = o.transpose(1, 2).reshape(b, s, c.heads * c.head_dim)
         return self.o_proj(o), None
 

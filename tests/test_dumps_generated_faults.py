@@ -172,3 +172,22 @@ def test_cli_stub_round_trip(base, tmp_path):
                                   str(tmp_path / "r0"), "--instruction", str(tmp_path / "out1" / "stub_instruction.json"),
                                   "--out", str(tmp_path / "stub2")])
     assert r.exit_code == 2 and "no further round is needed" in r.output
+
+
+def test_rounding_first_divergence_hiding_a_logic_fault(tmp_path):
+    """Eager vs SDPA attention (rounding, as in pairA) plus a corrupted weight row downstream: the row is a
+    suspect in round 0 and is confirmed as an independent logic-level point after isolating the roundings."""
+    cfg = G.Cfg(train_attn="eager")
+    w = G.weights(cfg)
+    G.dump_train(cfg, tmp_path / "train", w)
+    an = run_rounds(cfg, w, tmp_path, "weight_row", max_rounds=5)
+    r0 = an.rounds[0]
+    assert r0["first_divergence"]["boundary"] == "L0.attn_core.out"
+    assert an.points[0]["class"] == "rounding-level"
+    assert [s["boundary"] for s in r0["suspects"]] == ["L1.gate_proj.out"]
+    assert [(p["round"], p["boundary"], p["class"]) for p in an.points] == [
+        (0, "L0.attn_core.out", "rounding-level"), (1, "L1.attn_core.out", "rounding-level"),
+        (2, "L1.gate_proj.out", "logic-level")]
+    assert an.rounds[-1]["outcome"] == "downstream_all_exact"
+    assert all(r["stub_verification"]["effective"] for r in an.rounds[1:])
+    assert an.verdict == "nonzero" and an.consistency == "logic_level"
