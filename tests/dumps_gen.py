@@ -548,6 +548,224 @@ for _cls, _name in ((HFRMSNorm, "Qwen3RMSNorm"), (HFRotary, "Qwen3RotaryEmbeddin
     _cls.__name__ = _name
 
 
+# ------------------------------------------------------------------------------ Megatron-core style (train)
+class MColumnParallelLinear(VLinear):
+    """Megatron ColumnParallelLinear: returns ``(output, bias)``; activations ``[S, B, H]``."""
+
+
+class MRMSNorm(nn.Module):
+    """Megatron RMSNorm (no fused residual)."""
+
+    def __init__(self, n, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x):
+        return rms(x, self.weight, self.eps)
+
+
+class MCoreAttention(nn.Module):
+    """DotProductAttention: q ``[S, B, np, hn]``, k/v ``[S, B, ng, hn]`` → ``[S, B, np·hn]`` (same SDPA call)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+
+    def forward(self, q, k, v):
+        c = self.cfg
+        s, b = q.shape[0], q.shape[1]
+        q, k, v = (x.permute(1, 2, 0, 3) for x in (q, k, v))  # [B, heads, S, hn]
+        o = sdpa(q, k, v, c.heads // c.kv_heads, c.head_dim ** -0.5)
+        return o.permute(2, 0, 1, 3).reshape(s, b, c.heads * c.head_dim)
+
+
+class MSelfAttention(nn.Module):
+    """Megatron SelfAttention: linear_qkv output interleaved per query group ``[q_g; k_g; v_g]``."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        H, KV, d = cfg.heads, cfg.kv_heads, cfg.head_dim
+        self.linear_qkv = MColumnParallelLinear(cfg.hidden, (H + 2 * KV) * d)
+        self.q_layernorm = MRMSNorm(d, cfg.eps)
+        self.k_layernorm = MRMSNorm(d, cfg.eps)
+        self.core_attention = MCoreAttention(cfg)
+        self.linear_proj = RowParallelLinear(H * d, cfg.hidden)
+
+    def forward(self, hidden_states, rotary_pos_emb=None):
+        c = self.cfg
+        s, b = hidden_states.shape[:2]
+        qkv, _ = self.linear_qkv(hidden_states)
+        g = qkv.view(s, b, c.kv_heads, (c.heads // c.kv_heads + 2) * c.head_dim)
+        qn = c.heads // c.kv_heads * c.head_dim
+        q = g[..., :qn].reshape(s, b, c.heads, c.head_dim)
+        k = g[..., qn:qn + c.head_dim].reshape(s, b, c.kv_heads, c.head_dim)
+        v = g[..., qn + c.head_dim:].reshape(s, b, c.kv_heads, c.head_dim)
+        q, k = self.q_layernorm(q), self.k_layernorm(k)
+        cos, sin = rotary_pos_emb  # [S, hn/2]
+        cos, sin = cos[:, None, None, :], sin[:, None, None, :]
+
+        def rot(x):
+            h = c.head_dim // 2
+            x1, x2 = x[..., :h], x[..., h:]
+            return torch.cat([x1 * cos + (-x2) * sin, x2 * cos + x1 * sin], -1)
+
+        o = self.core_attention(rot(q), rot(k), v.contiguous())
+        out, _ = self.linear_proj(o)
+        return out, None
+
+
+class MMLP(nn.Module):
+    """Megatron MLP: linear_fc1 = [gate; up], SwiGLU, linear_fc2."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.linear_fc1 = MColumnParallelLinear(cfg.hidden, 2 * cfg.inter)
+        self.linear_fc2 = RowParallelLinear(cfg.inter, cfg.hidden)
+
+    def forward(self, x):
+        h, _ = self.linear_fc1(x)
+        i = self.cfg.inter
+        out, _ = self.linear_fc2(F.silu(h[..., :i]) * h[..., i:])
+        return out, None
+
+
+class MLayer(nn.Module):
+    """Megatron TransformerLayer: returns ``(hidden, context)``; residual added in bf16 like HF."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.input_layernorm = MRMSNorm(cfg.hidden, cfg.eps)
+        self.self_attention = MSelfAttention(cfg)
+        self.pre_mlp_layernorm = MRMSNorm(cfg.hidden, cfg.eps)
+        self.mlp = MMLP(cfg)
+
+    def forward(self, hidden_states, rotary_pos_emb=None):
+        a, _ = self.self_attention(self.input_layernorm(hidden_states), rotary_pos_emb=rotary_pos_emb)
+        h = hidden_states + a
+        m, _ = self.mlp(self.pre_mlp_layernorm(h))
+        return h + m, None
+
+
+class MBlock(nn.Module):
+    """TransformerBlock (``decoder``)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.layers = nn.ModuleList(MLayer(cfg) for _ in range(cfg.layers))
+        self.final_layernorm = MRMSNorm(cfg.hidden, cfg.eps)
+
+    def forward(self, hidden_states, rotary_pos_emb=None):
+        for layer in self.layers:
+            hidden_states, _ = layer(hidden_states, rotary_pos_emb=rotary_pos_emb)
+        return self.final_layernorm(hidden_states)
+
+
+class MEmbedding(nn.Module):
+    """LanguageModelEmbedding: word_embeddings ``[B, S] → [B, S, H]``, then ``[S, B, H]``."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.word_embeddings = VEmbedding(cfg)
+
+    def forward(self, input_ids):
+        return self.word_embeddings(input_ids).transpose(0, 1).contiguous()
+
+
+class MGPTModel(nn.Module):
+    """GPTModel: embedding → decoder → output_layer (logits ``[S, B, V]``)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = MEmbedding(cfg)
+        self.decoder = MBlock(cfg)
+        self.output_layer = MColumnParallelLinear(cfg.hidden, cfg.vocab)
+
+    def forward(self, input_ids):
+        cos, sin = rope_cos_sin(self.cfg, torch.arange(input_ids.shape[1]))
+        h = self.decoder(self.embedding(input_ids), rotary_pos_emb=(cos, sin))
+        out, _ = self.output_layer(h)
+        return out
+
+
+class MFloat16Module(nn.Module):
+    """Float16Module wrapper (``module.module.`` prefixes)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.module = MGPTModel(cfg)
+
+    def forward(self, input_ids):
+        return self.module(input_ids)
+
+
+class MDDP(nn.Module):
+    """DistributedDataParallel wrapper (the root, not dumped by msprobe)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.module = MFloat16Module(cfg)
+
+    def forward(self, input_ids):
+        return self.module(input_ids)
+
+
+for _cls, _name in ((MColumnParallelLinear, "ColumnParallelLinear"), (MRMSNorm, "RMSNorm"),
+                    (MCoreAttention, "DotProductAttention"), (MSelfAttention, "SelfAttention"), (MMLP, "MLP"),
+                    (MLayer, "TransformerLayer"), (MBlock, "TransformerBlock"), (MEmbedding, "LanguageModelEmbedding"),
+                    (MGPTModel, "GPTModel"), (MFloat16Module, "Float16Module"), (MDDP, "DistributedDataParallel")):
+    _cls.__name__ = _name
+
+
+def build_megatron(cfg: Cfg, w: Dict[str, torch.Tensor]) -> MDDP:
+    """Megatron-core-style model from HF weights (linear_qkv rows regrouped per query group)."""
+    with torch.device("meta"):
+        m = MDDP(cfg)
+    H, KV, d = cfg.heads, cfg.kv_heads, cfg.head_dim
+    qg = H // KV
+    sd = {"module.module.embedding.word_embeddings.weight": w["model.embed_tokens.weight"],
+          "module.module.decoder.final_layernorm.weight": w["model.norm.weight"],
+          "module.module.output_layer.weight": w["lm_head.weight"]}
+    for i in range(cfg.layers):
+        p, q = f"model.layers.{i}.", f"module.module.decoder.layers.{i}."
+        wq = w[p + "self_attn.q_proj.weight"].view(KV, qg * d, -1)
+        wk = w[p + "self_attn.k_proj.weight"].view(KV, d, -1)
+        wv = w[p + "self_attn.v_proj.weight"].view(KV, d, -1)
+        sd[q + "self_attention.linear_qkv.weight"] = torch.cat([wq, wk, wv], 1).reshape((H + 2 * KV) * d, -1)
+        sd[q + "self_attention.q_layernorm.weight"] = w[p + "self_attn.q_norm.weight"]
+        sd[q + "self_attention.k_layernorm.weight"] = w[p + "self_attn.k_norm.weight"]
+        sd[q + "self_attention.linear_proj.weight"] = w[p + "self_attn.o_proj.weight"]
+        sd[q + "input_layernorm.weight"] = w[p + "input_layernorm.weight"]
+        sd[q + "pre_mlp_layernorm.weight"] = w[p + "post_attention_layernorm.weight"]
+        sd[q + "mlp.linear_fc1.weight"] = torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]], 0)
+        sd[q + "mlp.linear_fc2.weight"] = w[p + "mlp.down_proj.weight"]
+    m.load_state_dict(sd, assign=True)
+    for par in m.parameters():
+        par.requires_grad_(False)
+    return m.eval()
+
+
+def dump_megatron(cfg: Cfg, root: Path, w=None) -> Path:
+    """Dump the Megatron-style forward (input ``[1, S]``) into ``root``; returns the rank folder."""
+    global _D
+    w = w or weights(cfg)
+    m = build_megatron(cfg, w)
+    d = Dumper(root)
+    d.attach(m)
+    _D = d
+    d.active = True
+    try:
+        with torch.no_grad():
+            m(prompt(cfg)[None])
+    finally:
+        d.active = False
+        _D = None
+    return d.write()
+
+
 # ------------------------------------------------------------------------------ weights & faults
 def weights(cfg: Cfg) -> Dict[str, torch.Tensor]:
     """Deterministic HF-named weights (norms 1+0.1·N, embeddings N, linears N/sqrt(fan_in))."""

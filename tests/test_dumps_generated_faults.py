@@ -191,3 +191,22 @@ def test_rounding_first_divergence_hiding_a_logic_fault(tmp_path):
     assert an.rounds[-1]["outcome"] == "downstream_all_exact"
     assert all(r["stub_verification"]["effective"] for r in an.rounds[1:])
     assert an.verdict == "nonzero" and an.consistency == "logic_level"
+
+
+def test_megatron_style_training_side(base, tmp_path):
+    """Megatron-core naming ([S, B, H], module.module wrappers, per-query-group linear_qkv) ↔ vLLM."""
+    cfg, w, root = base
+    G.dump_megatron(cfg, tmp_path / "meg", w)
+    G.dump_infer(cfg, tmp_path / "clean", None, w=w)
+    G.dump_infer(cfg, tmp_path / "wr", "weight_row", w=w)
+    bmap = M.load_map("qwen3_megatron_vllm")
+    an = A.analyze_pair([A.RoundInput(tmp_path / "meg", tmp_path / "clean")], bmap)
+    assert an.rounds[0]["counts"] == {"EXACT": 25} and an.verdict == "exact"
+    scan = [s for s in an.layout_scans if s["boundary"] == "L0.qkv.out"][0]
+    assert scan["chosen"] == "per_group" and scan["scores"]["per_group"] == pytest.approx(1.0)
+    assert scan["scores"]["concat"] < 0.9
+    assert all(x["status"] == "EXACT" for x in an.weight_rows)
+    an = A.analyze_pair([A.RoundInput(tmp_path / "meg", tmp_path / "wr")], bmap)
+    assert an.rounds[0]["first_divergence"]["boundary"] == "L1.gate_up.out"
+    assert [(p["boundary"], p["class"]) for p in an.points] == [("L1.gate_up.out", "logic-level")]
+    assert [x["boundary"] for x in an.weight_rows if x["status"] != "EXACT"] == ["L1.gate_up.weight"]
