@@ -110,8 +110,13 @@ def _profile_options(f):
 
 
 def _run_id(run_id, source, train, infer):
+    from .ingest.lake import validate_run_id
     from .pipeline import default_run_id
-    return run_id or default_run_id(source or (list(train) + list(infer))[0])
+    if run_id is not None:
+        return validate_run_id(run_id)
+    if not (source or train or infer):
+        raise TilakeError("give a profiler_output folder or --train/--infer paths")
+    return default_run_id(source or (list(train) + list(infer))[0])
 
 
 @main.command()
@@ -123,10 +128,12 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, tags, 
     from .ingest.profiler import ingest_profile
     from .pipeline import collect_captures
 
-    caps = collect_captures(profiler_output, train, infer)
+    from .pipeline import source_description
+
     rid = _run_id(run_id, profiler_output, train, infer)
-    meta = _meta(model_id, model_family, tags,
-                 source_path=str(profiler_output.resolve()) if profiler_output else None)
+    caps = collect_captures(profiler_output, train, infer)
+    meta = _meta(model_id, model_family, tags, collection_method="recorded profiler output",
+                 source_path=source_description(profiler_output, train, infer))
     res = ingest_profile(_lake(lake_path), rid, caps, meta, allow_missing=allow_missing)
     for c in res.captures:
         click.echo(f"{c.capture.side} rank {c.capture.rank}: {c.status} kernels={c.kernels} "
@@ -143,9 +150,13 @@ def build(select, full_refresh, lake_path):
     """Run dbt build on the lake (seeds, models, tests) in-process."""
     from .build import dbt_build
 
-    res = dbt_build(_lake(lake_path), select=list(select) or None, full_refresh=full_refresh)
+    lake = _lake(lake_path)
+    if not (lake.raw.is_dir() or lake.warehouse.exists()):
+        raise TilakeError("no lake here: ingest a run first (tilake ingest / run / example)", path=lake.root)
+    res = dbt_build(lake, select=list(select) or None, full_refresh=full_refresh)
     for n in res.warnings:
-        click.echo(f"warn: {n[0]}: {n[3]}")
+        from .pipeline import _warning_text
+        click.echo(f"warning: {_warning_text(n)}")
     for n in res.failures:
         click.echo(f"FAIL: {n[0]}: {n[3]}", err=True)
     click.echo(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
@@ -178,7 +189,7 @@ def report(run_id, out_dir, lang, lake_path):
 @LAKE_OPTION
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, tags, allow_missing, out_dir, lang,
             lake_path):
-    """Ingest, build and report in one go (stages 4–5 of the seed)."""
+    """Ingest, build and report in one go (ingest → dbt build → report)."""
     from .pipeline import run_profile
 
     rid = _run_id(run_id, profiler_output, train, infer)
@@ -192,7 +203,8 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, tags,
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("tilake-example"), show_default=True, help="Where the example capture and report go.")
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
-@LAKE_OPTION
+@click.option("--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Lake folder (default: <out>/lake).")
 def example(out_dir, lang, lake_path):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it."""
     from .example import run_example
@@ -383,7 +395,8 @@ def sql_cmd(query, fmt, output, max_rows, lake_path) -> None:
 @click.option("--x", "x", type=click.Choice(["run", "step", "created_at"]), default="run", show_default=True,
               help="x axis: registration order, training step or registration time.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="PNG chart path (default trend_<metric>_by_<by>.png in the current folder).")
+              help="Chart path: .png, or .html for a page with the chart and its points "
+                   "(default trend_<metric>_by_<by>.png in the current folder).")
 @click.option("--no-chart", is_flag=True, help="Only print the table and sparklines.")
 @click.option("--list", "list_only", is_flag=True, help="List the named trends.")
 @LAKE_OPTION

@@ -5,6 +5,7 @@ Used by ``tilake run``, ``tilake example`` and stages 4–5 of ``tilake scan``.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,16 @@ class ProfileResult:
     warnings: List[str] = field(default_factory=list)
 
 
+def _warning_text(node: tuple) -> str:
+    """A dbt warning in the user's terms."""
+    name, _kind, _status, message = node
+    if name.startswith("tilake_is_empty_fct_uncategorized_kernels"):
+        n = "".join(ch for ch in message.split("results")[0] if ch.isdigit()) or "some"
+        return (f"{n} kernel name(s) match no op_catalog entry (listed under 'uncategorized' in the report; "
+                "extend dbt_project/seeds/op_catalog.csv)")
+    return f"dbt test {name}: {message}"
+
+
 def default_run_id(source: Path) -> str:
     """Deterministic run id from a folder: its name plus a short hash of its absolute path."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", Path(source).resolve().name) or "run"
@@ -64,7 +75,38 @@ def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = ()
         caps += explicit(Path(p), "infer")
     if not caps:
         raise TilakeError("give a profiler_output folder or --train/--infer paths")
-    return caps
+    unique, seen = [], set()
+    for c in caps:  # the same capture named twice (folder and DB file) is read once
+        key = (c.side, c.kind, str(Path(c.path).resolve()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    return unique
+
+
+def check_out_dir(out_dir: Path) -> Path:
+    """Create ``out_dir`` and prove it is writable before any work starts.
+
+    Raises:
+        TilakeError: it cannot be created or written.
+    """
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".tilake-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise TilakeError(f"output folder is not writable ({exc.strerror or exc})", path=out_dir) from exc
+    return out_dir
+
+
+def source_description(profiler_output: Optional[Path], train: Sequence[Path] = (),
+                       infer: Sequence[Path] = ()) -> str:
+    """Where a run's captures came from: the profiler_output folder and/or the explicit paths."""
+    parts = [str(Path(profiler_output).resolve())] if profiler_output is not None else []
+    parts += [f"train={Path(p).resolve()}" for p in train] + [f"infer={Path(p).resolve()}" for p in infer]
+    return "; ".join(parts)
 
 
 def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_dir: Path,
@@ -85,10 +127,10 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
         TilakeError: bad input (the lake is unchanged), dbt failure, report failure.
     """
     validate_run_id(run_id)
+    check_out_dir(out_dir)
     caps = collect_captures(profiler_output, train, infer)
     meta = dict(run_meta or {})
-    if profiler_output is not None:
-        meta.setdefault("source_path", str(Path(profiler_output).resolve()))
+    meta.setdefault("source_path", source_description(profiler_output, train, infer))
     with lake.locked():
         ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
                              hold_lock=False)
@@ -102,7 +144,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     ev = out["evidence"]
     status = ("evidence_missing" if "evidence_missing" in ev.values()
               else "host_fallback" if "host_fallback" in ev.values() else "ok")
-    warnings = [f"{n[0]}: {n[3]}" for n in build.warnings]
+    warnings = [_warning_text(n) for n in build.warnings]
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
                  for c in ing.captures if c.status not in ("ok",)]
     return ProfileResult(run_id, out["report"], out["csv"], out["runtime_ops"], out["chart"],

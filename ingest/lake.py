@@ -139,6 +139,7 @@ class Lake:
         created = not self.root.exists()
         try:
             with ctx:
+                self._sweep_orphans()
                 staging = self.root / ".staging" / uuid.uuid4().hex
                 staging.mkdir(parents=True)
                 writer = RunWriter(self, run_id, list(tables), staging)
@@ -156,6 +157,13 @@ class Lake:
             if created:  # a lake this failed write created is removed again: nothing is left behind
                 shutil.rmtree(self.root, ignore_errors=True)
             raise
+
+    def _sweep_orphans(self) -> None:
+        """Remove staging/trash folders left by a killed writer (we hold the lock: nobody else writes)."""
+        for d in (self.root / ".staging", self.root / ".trash"):
+            if d.is_dir():
+                for child in d.iterdir():
+                    shutil.rmtree(child, ignore_errors=True)
 
     def remove_run(self, run_id: str, tables: Optional[Sequence[str]] = None, hold_lock: bool = True) -> int:
         """Delete every partition of ``run_id`` (all tables by default). Returns folders removed."""

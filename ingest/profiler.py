@@ -101,7 +101,11 @@ def _ingest_db(cap: Capture, w, part: Dict, row: Dict) -> CaptureResult:
 
 def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = "") -> CaptureResult:
     nk, nh, _ns, src, evidence = load_text(cap.text_dir or cap.path, w, part, row["capture_id"])
-    row["source_files"] = src
+    if not row.get("table_rows"):  # capture health of a text export: rows read per CSV
+        counts = {src: nk} if src else {}
+        if nh:
+            counts["operator_details.csv"] = nh
+        row["table_rows"] = json.dumps(counts, separators=(",", ":"))
     if nk:
         status = "ok" if evidence == "device" else "host_fallback"
         why = (f"{reason_prefix}device rows from {src}" if evidence == "device"

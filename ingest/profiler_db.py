@@ -96,6 +96,8 @@ def check_header(path: Path) -> bool:
             head = f.read(100)
     except OSError as exc:
         raise TilakeError(f"cannot read file ({exc.strerror})", path=path) from exc
+    if size == 0:
+        raise TilakeError("empty file (0 bytes), not a profiler database", path=path)
     if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
         raise TilakeError("not a SQLite database (wrong header); expected an "
                           "ascend_pytorch_profiler_*.db written by torch_npu", path=path)
@@ -227,6 +229,8 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
     except TilakeError:
         raise
     except Exception as exc:  # duckdb errors on malformed pages or mismatched types
+        if type(exc).__name__ == "InterruptException":
+            raise TilakeError("interrupted by the user; the lake is unchanged") from exc
         raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=db) from exc
     finally:
         try:

@@ -27,17 +27,27 @@ _TEXT_KERNEL_COLS = ["kernel_name", "raw_op", "accelerator", "start_ns", "dur_ns
                      "output_formats", "stream_id", "task_id", "device_id", "call_count"]
 
 
-def us_to_ns(text: Optional[str]) -> Optional[int]:
-    """``'1736408883704643.212\\t'`` (µs) → ``1736408883704643212`` (ns); N/A/empty → None."""
+def us_to_ns(text: Optional[str], where: str = "", allow_negative: bool = False) -> Optional[int]:
+    """``'1736408883704643.212\t'`` (µs) → ``1736408883704643212`` (ns); ``N/A``/empty → None.
+
+    Raises:
+        TilakeError: the value is not a finite decimal number (``NaN``, ``inf``, ``abc``) or is
+            negative; ``where`` (file, line, column) is named in the message.
+    """
     if text is None:
         return None
     t = str(text).strip().strip('"')
     if not t or t.upper() == "N/A":
         return None
     try:
-        return int((Decimal(t) * 1000).to_integral_value())
+        d = Decimal(t)
     except InvalidOperation:
-        return None
+        d = None
+    if d is None or not d.is_finite() or abs(d) > Decimal(10) ** 20:
+        raise TilakeError(f"{where}: {t!r} is not a time in µs")
+    if d < 0 and not allow_negative:
+        raise TilakeError(f"{where}: negative time {t!r} µs")
+    return int((d * 1000).to_integral_value())
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -49,6 +59,14 @@ def _int(text: Optional[str]) -> Optional[int]:
     except ValueError:
         return None
     return None if v == 4294967295 else v
+
+
+def _count(text: Optional[str], where: str) -> int:
+    """A non-negative whole call count; raises TilakeError naming ``where`` otherwise."""
+    t = (text or "").strip()
+    if not t.isdigit():
+        raise TilakeError(f"{where}: {t!r} is not a call count")
+    return int(t)
 
 
 def read_csv(path: Path) -> Tuple[List[str], List[Dict[str, str]]]:
@@ -87,13 +105,15 @@ def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
     kd = text_dir / "kernel_details.csv"
     if kd.exists():
         header, rows = read_csv(kd)
-        if "Name" not in header:
-            raise TilakeError("kernel_details.csv has no Name column", path=kd)
+        need = [("Name",), ("Start Time(us)", "Task Start Time(us)"), ("Duration(us)", "Task Duration(us)")]
+        missing = [n[0] for n in need if not any(x in header for x in n)]
+        if missing:
+            raise TilakeError(f"kernel_details.csv lacks column(s) {', '.join(missing)}", path=kd)
         out = []
-        for r in rows:
+        for line, r in enumerate(rows, start=2):
             out.append((r.get("Name"), _first(r, "Type", "OP Type"), _first(r, "Accelerator Core", "Task Type"),
-                        us_to_ns(_first(r, "Start Time(us)", "Task Start Time(us)")),
-                        us_to_ns(_first(r, "Duration(us)", "Task Duration(us)")),
+                        us_to_ns(_first(r, "Start Time(us)", "Task Start Time(us)"), f"{kd} line {line} Start Time(us)"),
+                        us_to_ns(_first(r, "Duration(us)", "Task Duration(us)"), f"{kd} line {line} Duration(us)"),
                         _int(_first(r, "Block Dim", "Block Num")),
                         r.get("Input Shapes"), r.get("Input Data Types"), r.get("Input Formats"),
                         r.get("Output Shapes"), r.get("Output Data Types"), r.get("Output Formats"),
@@ -105,9 +125,10 @@ def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
         header, rows = read_csv(st)
         if "OP Type" not in header or "Count" not in header:
             raise TilakeError("op_statistic.csv lacks OP Type/Count columns", path=st)
-        out = [(r["OP Type"], r["OP Type"], r.get("Core Type"), None, us_to_ns(r.get("Total Time(us)")),
+        out = [(r["OP Type"], r["OP Type"], r.get("Core Type"), None,
+                us_to_ns(r.get("Total Time(us)"), f"{st} line {i} Total Time(us)"),
                 None, None, None, None, None, None, None, None, None, _int(r.get("Device_id")),
-                _int(r.get("Count")) or 0) for r in rows]
+                _count(r.get("Count"), f"{st} line {i} Count")) for i, r in enumerate(rows, start=2)]
         if out:
             return st.name, out, "device"
     api = text_dir / "api_statistic.csv"
@@ -123,8 +144,9 @@ def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
                 continue
             op = name[len("aclnn"):]
             op = op[len("Inplace"):] if op.startswith("Inplace") else op
-            out.append((name, op, "HOST_API", None, us_to_ns(r.get("Time(us)")), None, None, None, None,
-                        None, None, None, None, None, _int(r.get("Device_id")), _int(r.get("Count")) or 0))
+            out.append((name, op, "HOST_API", None, us_to_ns(r.get("Time(us)"), f"{api} Time(us) of {name}"),
+                        None, None, None, None, None, None, None, None, None, _int(r.get("Device_id")),
+                        _count(r.get("Count"), f"{api} Count of {name}")))
         if out:
             return api.name, out, "host_fallback"
     return "", [], ""

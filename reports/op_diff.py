@@ -85,28 +85,43 @@ def calls_text(calls: Optional[List[int]]) -> str:
     return "+".join(str(c) for c in calls) if calls else "0"
 
 
-def csv_rows(facts: Dict[str, Any]) -> List[List[str]]:
+def code_path(r: Dict[str, Any], side: str, lang: str = "zh") -> str:
+    """Code path of one side of a comparison row: the runtime call stack's innermost frame when the
+    DB had one, else the models/ source-path note marked as such; '' when the side has no ops."""
+    if not r[f"{side}_ops"]:
+        return ""
+    if r.get(f"{side}_stack_path"):
+        return r[f"{side}_stack_path"]
+    note = r.get(f"{side}_code_path")
+    if not note:
+        return ""
+    return f"{note}（源码标注）" if lang == "zh" else f"{note} (source note)"
+
+
+def csv_rows(facts: Dict[str, Any], lang: str = "zh") -> List[List[str]]:
     """The comparison table as CSV rows (header excluded), one per comparison row."""
     rows = []
+    none = "无" if lang == "zh" else "none"
     for r in facts["comparison"]:
         multi_t = len(r["train_ops"] or []) > 1
         multi_i = len(r["infer_ops"] or []) > 1
         rows.append([
-            r["module_label_zh"] or r["module"],
-            ops_text(r["train_ops"], r["train_op_calls"], multi_t) or "无",
-            ops_text(r["infer_ops"], r["infer_op_calls"], multi_i) or "无",
+            (r["module_label_zh"] if lang == "zh" else r["module_label_en"]) or r["module"],
+            ops_text(r["train_ops"], r["train_op_calls"], multi_t) or none,
+            ops_text(r["infer_ops"], r["infer_op_calls"], multi_i) or none,
             calls_text(r["train_op_calls"]), calls_text(r["infer_op_calls"]),
-            r["diff_type_zh"], GRADE_SPAN.get(r["grade"], GRADE_SPAN["evidence_missing"])[1],
-            r["train_code_path"] or "", r["infer_code_path"] or ""])
+            r["diff_type_zh"] if lang == "zh" else r["diff_type_en"],
+            GRADE_SPAN.get(r["grade"], GRADE_SPAN["evidence_missing"])[1],
+            code_path(r, "train", lang), code_path(r, "infer", lang)])
     return rows
 
 
-def write_csv(facts: Dict[str, Any], path: Path) -> Path:
-    """``operator_diff_table.csv``: UTF-8 with BOM, the seed's exact header."""
+def write_csv(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Path:
+    """``operator_diff_table.csv``: UTF-8 with BOM, the seed's exact (Chinese) header."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_HEADER)
-    w.writerows(csv_rows(facts))
+    w.writerows(csv_rows(facts, lang))
     _atomic_write(path, b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
     return path
 
@@ -141,6 +156,8 @@ def key_rows(table_rows_json: Optional[str]) -> str:
         return ""
     if not rows:
         return ""
+    if not any(t in rows for t in KEY_TABLES):  # text export: rows per CSV file
+        return ", ".join(f"{k}={v}" for k, v in rows.items())
     return ", ".join(f"{t}={rows.get(t, 0)}" for t in KEY_TABLES)
 
 
@@ -190,7 +207,8 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
     """Render the seven-section report (Chinese by default, ``lang='en'`` for English)."""
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
                       keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    env.globals.update(grade_span=lambda g: grade_span(g, lang), ops_text=ops_text, calls_text=calls_text)
+    env.globals.update(grade_span=lambda g: grade_span(g, lang), ops_text=ops_text, calls_text=calls_text,
+                       code_path=lambda r, s: code_path(r, s, lang))
     env.filters["key_rows"] = key_rows
     by_side = {"train": [o for o in facts["side_ops"] if o["side"] == "train"],
                "infer": [o for o in facts["side_ops"] if o["side"] == "infer"]}
@@ -226,19 +244,20 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     """
     if lang not in ("zh", "en"):
         raise TilakeError(f"--lang must be zh or en, not {lang!r}")
+    from ..pipeline import check_out_dir
+
+    out_dir = check_out_dir(Path(out_dir))
     facts = load_facts(warehouse, run_id)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     chart = overview_png(facts, out_dir / "op_diff_overview.png", lang)
     md = render_markdown(facts, lang, chart.name if chart else None)
     report = out_dir / "train_infer_op_diff_report.md"
     _atomic_write(report, md.encode("utf-8"))
-    csv_path = write_csv(facts, out_dir / "operator_diff_table.csv")
+    csv_path = write_csv(facts, out_dir / "operator_diff_table.csv", lang)
     jsons = []
     for side in ("train", "infer"):
         data = runtime_ops(facts, side)
         p = out_dir / f"{data['backend']}_runtime_ops.json"
-        if p in jsons:
+        if data["backend"] == "unknown" or p in jsons:
             p = out_dir / f"{side}_{data['backend']}_runtime_ops.json"
         _atomic_write(p, (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
         jsons.append(p)

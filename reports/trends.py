@@ -205,7 +205,10 @@ def print_trend(res: TrendResult, console=None) -> None:
 
 
 def plot_trend(res: TrendResult, output: Path) -> Path:
-    """Write a matplotlib line chart (one line per series) as PNG to ``output``; returns the path.
+    """Write a matplotlib line chart (one line per series) to ``output``; returns the path.
+
+    ``*.html`` writes one self-contained page: the PNG inlined (base64) plus a table of every
+    point (series, x, value, runs, last run id); any other suffix writes the PNG itself.
 
     Raises:
         TilakeError: nothing to plot, or the file cannot be written.
@@ -238,9 +241,33 @@ def plot_trend(res: TrendResult, output: Path) -> Path:
         fig.tight_layout()
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(output, format="png")
+            if output.suffix.lower() in (".html", ".htm"):
+                output.write_text(_html(res, fig), encoding="utf-8")
+            else:
+                fig.savefig(output, format="png")
         except OSError as exc:
             raise TilakeError(f"cannot write the chart: {exc.strerror or exc}", path=output)
     finally:
         plt.close(fig)
     return output
+
+
+def _html(res: TrendResult, fig) -> str:
+    import base64
+    import html
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    img = base64.b64encode(buf.getvalue()).decode()
+    rows = "".join(f"<tr><td>{html.escape(s.label)}</td><td>{html.escape(str(x))}</td><td>{_fmt(v)}</td>"
+                   f"<td>{n}</td><td>{html.escape(last)}</td></tr>" for s in res.series for x, v, n, last in s.points)
+    title = html.escape(f"{res.trend.name} by {res.by} — {res.trend.title}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>"
+            f"<h1>{title}</h1><p>unit: {html.escape(res.trend.unit or '-')}; x: {html.escape(res.x)}; "
+            f"source: reports/queries/{html.escape(res.trend.path.name)}</p>"
+            f"<img alt='{title}' src='data:image/png;base64,{img}'>"
+            "<table><tr><th>series</th><th>x</th><th>value</th><th>runs</th><th>last run</th></tr>"
+            f"{rows}</table></body></html>\n")

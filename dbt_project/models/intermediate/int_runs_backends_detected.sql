@@ -1,6 +1,6 @@
 -- grain: run. Backend of each side: the run metadata when known, else detected from runtime
 -- call-stack frames (megatron/, fsdp, vllm/) or from inference-only kernels (vLLM-Ascend's
--- ReshapeAndCache / _triton_rope / FusedInferAttentionScore), else the side name.
+-- ReshapeAndCache / _triton_rope / FusedInferAttentionScore), else 'unknown'.
 with frames as (
     select run_id, side,
            bool_or(frame ilike '%megatron%') as megatron,
@@ -19,9 +19,9 @@ kern as (
 )
 select r.run_id,
        case when r.train_backend is not null and r.train_backend <> 'unknown' then r.train_backend
-            when ft.megatron then 'megatron' when ft.fsdp then 'fsdp' else 'train' end as train_backend_detected,
+            when ft.megatron then 'megatron' when ft.fsdp then 'fsdp' else 'unknown' end as train_backend_detected,
        case when r.infer_backend is not null and r.infer_backend <> 'unknown' then r.infer_backend
-            when fi.vllm or k.vllm_kernels then 'vllm' when fi.sglang then 'sglang' else 'infer' end as infer_backend_detected
+            when fi.vllm or k.vllm_kernels then 'vllm' when fi.sglang then 'sglang' else 'unknown' end as infer_backend_detected
 from {{ ref('stg_lake__runs') }} r
 left join frames ft on ft.run_id = r.run_id and ft.side = 'train'
 left join frames fi on fi.run_id = r.run_id and fi.side = 'infer'

@@ -20,11 +20,28 @@ notes as (
     from {{ ref('stg_lake__source_notes') }}
     group by run_id, module
 ),
+stack_paths as (
+    -- innermost runtime frame of the row's most-called op that has a call stack, site-packages stripped
+    select s.run_id, s.side, o.display_module as module,
+           regexp_replace(regexp_replace(split_part(s.stack, chr(10), 1), '^.*(site|dist)-packages/', ''),
+                          '\([0-9]+\):.*$', '') as path
+    from {{ ref('fct_op_call_stacks') }} s
+    join {{ ref('int_side_ops_fused_joined') }} o
+      on o.run_id = s.run_id and o.side = s.side and o.op_type = s.op_type
+    qualify row_number() over (partition by s.run_id, s.side, o.display_module order by o.calls desc, s.op_type) = 1
+),
 graded as (
+    -- evidence gate: no grade without device evidence on both sides; a host-side fallback side may
+    -- still show differences, but never "no difference"
     select c.*, ev.train_evidence, ev.infer_evidence,
            case when ev.train_evidence = 'evidence_missing' or ev.infer_evidence = 'evidence_missing'
-                then 'evidence_missing' else c.rule_id end as final_rule
+                then 'evidence_missing'
+                when (ev.train_evidence = 'host_fallback' or ev.infer_evidence = 'host_fallback')
+                     and rr.grade = 'green'
+                then 'host_fallback_unconfirmed'
+                else c.rule_id end as final_rule
     from c join ev using (run_id)
+    left join {{ ref('grading_rules') }} rr on rr.rule_id = c.rule_id
 )
 select
     g.run_id,
@@ -49,26 +66,27 @@ select
     gr.label_en as grade_label_en,
     gr.color as grade_color,
     gr.severity_rank,
-    case when g.final_rule = 'evidence_missing' then '证据缺失'
+    case when r.grade = 'evidence_missing' then r.diff_type_zh
          when g.only_side = 'train' then '训练独有' || case when r.grade = 'yellow' then '（推理有等价实现）' else '' end
          when g.only_side = 'infer' then '推理独有' || case when r.grade = 'yellow' then '（训练有等价实现）' else '' end
          else r.diff_type_zh end as diff_type_zh,
-    case when g.final_rule = 'evidence_missing' then 'evidence missing'
+    case when r.grade = 'evidence_missing' then r.diff_type_en
          when g.only_side = 'train' then 'training only' || case when r.grade = 'yellow' then ' (equivalent in inference)' else '' end
          when g.only_side = 'infer' then 'inference only' || case when r.grade = 'yellow' then ' (equivalent in training)' else '' end
          else r.diff_type_en end as diff_type_en,
-    case when g.final_rule = 'evidence_missing'
-         then '一侧缺少 device 证据，不判定差异等级' else r.rule_zh end as rule_zh,
-    case when g.final_rule = 'evidence_missing'
-         then 'one side has no device evidence: no grade is given' else r.rule_en end as rule_en,
+    r.rule_zh,
+    r.rule_en,
     m.seed_table_grade,
-    (m.seed_table_grade is not null and m.seed_table_grade <> '' and m.seed_table_grade <> coalesce(r.grade, 'evidence_missing')) as differs_from_seed_table,
+    (m.seed_table_grade is not null and m.seed_table_grade <> '' and r.grade <> 'evidence_missing'
+     and m.seed_table_grade <> r.grade) as differs_from_seed_table,
     g.train_evidence,
     g.infer_evidence,
     n.train_code_path,
     n.train_code_function,
     n.infer_code_path,
     n.infer_code_function,
+    sp_t.path as train_stack_path,
+    sp_i.path as infer_stack_path,
     coalesce(rm.priority, rd.priority) as priority,
     coalesce(rm.action_zh, rd.action_zh) as action_zh,
     coalesce(rm.action_en, rd.action_en) as action_en
@@ -77,5 +95,7 @@ left join {{ ref('grading_rules') }} r on r.rule_id = g.final_rule
 left join {{ ref('grades') }} gr on gr.grade = coalesce(r.grade, 'evidence_missing')
 left join {{ ref('modules') }} m on m.module = g.module
 left join notes n on n.run_id = g.run_id and n.module = g.module
+left join stack_paths sp_t on sp_t.run_id = g.run_id and sp_t.module = g.module and sp_t.side = 'train'
+left join stack_paths sp_i on sp_i.run_id = g.run_id and sp_i.module = g.module and sp_i.side = 'infer'
 left join {{ ref('recommendations') }} rm on rm.module = g.module and rm.grade = coalesce(r.grade, 'evidence_missing')
 left join {{ ref('recommendations') }} rd on rd.module = '*' and rd.grade = coalesce(r.grade, 'evidence_missing')
