@@ -140,8 +140,67 @@ def tool_versions_of(tool_versions: Optional[str], tags: Optional[str]) -> Dict[
     return out
 
 
-def list_runs(lake: Lake) -> List[Dict[str, Any]]:
-    """Every run of the lake, oldest first, read from the raw ``runs``/``dump_runs``/``captures`` Parquet.
+_WAREHOUSE_SQL = """
+select r.run_id, r.has_profile, r.has_dumps, r.model_id, r.model_family, r.step, r.host, r.kind,
+       r.tool_versions, r.tags, r.created_at,
+       sum(h.kernels) filter (where h.side = 'train') as train_kernels,
+       sum(h.kernels) filter (where h.side = 'infer') as infer_kernels,
+       sum(h.captures) as captures,
+       sum(h.captures - h.captures_ok - h.captures_host_fallback) as captures_not_usable,
+       r.dump_verdict, r.dump_consistency
+from fct_run_registry r
+left join fct_run_capture_health h on h.run_id = r.run_id
+group by all
+order by r.created_at, r.run_id
+"""
+
+
+def warehouse_is_current(lake: Lake) -> bool:
+    """True when no run was ingested, re-ingested or removed since the warehouse was last written.
+
+    Every run write or removal renames a folder inside ``raw/runs``, ``raw/dump_runs`` or
+    ``raw/captures`` (:mod:`tilake.ingest.lake`), which updates that folder's mtime; a build
+    writes ``warehouse.duckdb`` afterwards (both under the lake's writer lock).
+    """
+    try:
+        built = lake.warehouse.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    for t in ("runs", "dump_runs", "captures"):
+        d = lake.raw / t
+        if d.is_dir() and d.stat().st_mtime > built:
+            return False
+    return True
+
+
+def _from_warehouse(lake: Lake) -> Optional[List[Dict[str, Any]]]:
+    import duckdb
+
+    try:
+        con = connect(lake.warehouse, read_only=True)
+    except duckdb.Error:
+        return None          # held by a writer that does not swap: read the raw tables instead
+    try:
+        cur = con.execute(_WAREHOUSE_SQL)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+    except duckdb.Error:
+        return None          # built before the trend marts existed
+    finally:
+        con.close()
+
+
+def list_runs(lake: Lake, source: str = "auto") -> List[Dict[str, Any]]:
+    """Every run of the lake, oldest first.
+
+    Args:
+        source: ``raw`` reads the raw ``runs``/``dump_runs``/``captures`` Parquet (always current,
+            works before any build; ~6 s for 1 000 runs); ``warehouse`` reads ``fct_run_registry``
+            and ``fct_run_capture_health`` (milliseconds); ``auto`` uses the warehouse when
+            :func:`warehouse_is_current`, else raw.
+
+    The model family falls back to the model id's leading name and the step to a ``step`` tag,
+    as in the registry mart.
 
     Returns:
         dicts with ``run_id, has_profile, has_dumps, model_id, model_family, step, host, kind,
@@ -153,12 +212,30 @@ def list_runs(lake: Lake) -> List[Dict[str, Any]]:
     """
     if not (lake.raw / "runs").is_dir() and not (lake.raw / "dump_runs").is_dir():
         return []
+    rows = None
+    if source == "warehouse" or (source == "auto" and warehouse_is_current(lake)):
+        rows = _from_warehouse(lake)
+    if rows is None:
+        rows = _list_raw(lake)
+    for r in rows:
+        r["tool_versions"] = tool_versions_of(r.pop("tool_versions"), r.get("tags"))
+        r["tags"] = {k: v for k, v in _json_obj(r.get("tags")).items() if not str(k).lower().startswith("tool.")}
+        # same fills as the dbt model int_runs_versioned: family from the model id, step from a tag
+        if r["has_profile"] and (r["model_family"] or UNKNOWN) == UNKNOWN and (r["model_id"] or UNKNOWN) != UNKNOWN:
+            r["model_family"] = model_family_for(None, r["model_id"])[0]
+        if r["step"] is None and str(r["tags"].get("step", "")).strip().lstrip("-").isdigit():
+            r["step"] = int(str(r["tags"]["step"]).strip())
+    return rows
+
+
+def _list_raw(lake: Lake) -> List[Dict[str, Any]]:
     sql = _LIST_SQL.format(runs=raw_source(lake, "runs"), dumps=raw_source(lake, "dump_runs"),
                            captures=raw_source(lake, "captures"))
     last: Optional[Exception] = None
     for _ in range(3):  # a concurrent ingest may swap a partition folder between glob and read
         con = connect()
         try:
+            con.execute("SET enable_progress_bar = false")
             cur = con.execute(sql)
             cols = [d[0] for d in cur.description]
             rows = [dict(zip(cols, r)) for r in cur.fetchall()]
@@ -170,9 +247,6 @@ def list_runs(lake: Lake) -> List[Dict[str, Any]]:
             con.close()
     else:
         raise TilakeError(f"cannot read the run registry: {str(last).splitlines()[0]}", path=lake.raw)
-    for r in rows:
-        r["tool_versions"] = tool_versions_of(r.pop("tool_versions"), r.get("tags"))
-        r["tags"] = {k: v for k, v in _json_obj(r.get("tags")).items() if not str(k).lower().startswith("tool.")}
     return rows
 
 
@@ -185,22 +259,29 @@ def print_runs(runs: List[Dict[str, Any]], console=None) -> None:
     if not runs:
         console.print("no runs in this lake yet (tilake ingest / tilake run / tilake dumps analyze --run-id add them)")
         return
-    t = Table(title=f"{len(runs)} run(s)")
-    for name, just in (("run", "left"), ("model", "left"), ("family", "left"), ("step", "right"),
-                       ("tools", "left"), ("host", "left"), ("created (UTC)", "left"), ("tags", "left"),
-                       ("kernels train/infer", "right"), ("captures", "right"), ("dumps", "left")):
-        t.add_column(name, justify=just, overflow="fold")
+    rows = []
     for r in runs:
         tools = r["tool_versions"]
         shown = [f"{k} {tools[k]}" for k in KNOWN_TOOLS if k in tools]
-        caps = "" if not r["has_profile"] else (f"{r['captures']}" + (f" ({r['captures_not_usable']} not usable)"
-                                                                      if r["captures_not_usable"] else ""))
-        t.add_row(r["run_id"], r["model_id"] or "", r["model_family"] or "",
-                  "" if r["step"] is None else str(r["step"]), ", ".join(shown), r["host"] or "",
-                  r["created_at"].strftime("%Y-%m-%d %H:%M:%S") if r["created_at"] else "",
-                  ", ".join(f"{k}={v}" for k, v in sorted(r["tags"].items())),
-                  f"{r['train_kernels']}/{r['infer_kernels']}" if r["has_profile"] and r["captures"] else "",
-                  caps, (r["dump_verdict"] or "") if r["has_dumps"] else "")
+        shown += [f"{k} {v}" for k, v in sorted(tools.items()) if k not in KNOWN_TOOLS]
+        caps = "" if not (r["has_profile"] and r["captures"]) else (
+            f"{r['captures']}" + (f" ({r['captures_not_usable']} not usable)" if r["captures_not_usable"] else ""))
+        rows.append({
+            "run": r["run_id"], "model": r["model_id"] or "", "family": r["model_family"] or "",
+            "step": "" if r["step"] is None else str(r["step"]), "tools": ", ".join(shown),
+            "host": r["host"] or "",
+            "created (UTC)": r["created_at"].strftime("%Y-%m-%d %H:%M:%S") if r["created_at"] else "",
+            "tags": ", ".join(f"{k}={v}" for k, v in sorted(r["tags"].items())),
+            "kernels train/infer": f"{r['train_kernels']}/{r['infer_kernels']}" if caps else "",
+            "captures": caps, "dumps": (r["dump_verdict"] or "") if r["has_dumps"] else ""})
+    optional = {"step", "tools", "tags", "dumps", "model", "host"}
+    cols = [c for c in rows[0] if c not in optional or any(row[c] for row in rows)]
+    t = Table(title=f"{len(runs)} run(s)")
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("step", "kernels train/infer", "captures") else "left",
+                     overflow="fold")
+    for row in rows:
+        t.add_row(*[row[c] for c in cols])
     console.print(t)
 
 

@@ -78,6 +78,7 @@ def open_readonly(lake: Lake, sql_hint: Optional[str] = None):
         low = sql_hint.lower()
         only = [t for t in schema.TABLES if f"raw_{t}" in low]
     _raw_views(con, lake, only)
+    con.execute("SET enable_progress_bar = false")
     con.execute("SET lock_configuration = true")
     return con
 

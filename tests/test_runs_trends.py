@@ -122,7 +122,9 @@ def lake(tmp_path_factory):
 
 
 def test_every_ingest_registers_a_run(lake):
-    runs = {r["run_id"]: r for r in list_runs(lake)}
+    raw = list_runs(lake, "raw")
+    assert list_runs(lake, "warehouse") == raw          # the fast path agrees with the raw tables
+    runs = {r["run_id"]: r for r in raw}
     assert list(runs) == ["q1", "l1", "q2", "l2"]
     assert runs["q1"]["tool_versions"] == {"vllm-ascend": "0.9.0", "torch-npu": "2.5.1"}
     assert runs["l2"]["tool_versions"] == {"vllm-ascend": "0.9.1"}          # from --tag tool.vllm-ascend=0.9.1
@@ -245,6 +247,12 @@ def test_every_named_trend_runs_standalone_and_through_the_cli(lake, tmp_path):
     assert r.exit_code == 0, r.output
     assert (tmp_path / "red.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "qwen3" in r.output and "llama" in r.output and "chart:" in r.output
+    r = CliRunner().invoke(main, ["trend", "--metric", "first_divergence", "--x", "step", "--lake", str(lake.root),
+                                  "-o", str(tmp_path / "fd.html")])
+    assert r.exit_code == 0, r.output
+    page = (tmp_path / "fd.html").read_text(encoding="utf-8")
+    assert "data:image/png;base64," in page and "<td>qwen3</td><td>2</td><td>1</td>" in page
+    assert "<td>qwen3</td><td>3</td><td>0</td>" in page
     r = CliRunner().invoke(main, ["trend", "--metric", "nope", "--lake", str(lake.root)])
     assert r.exit_code == 2 and "unknown trend 'nope'" in r.output
 

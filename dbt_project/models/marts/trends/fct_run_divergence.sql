@@ -6,16 +6,10 @@
     materialized='incremental',
     unique_key='run_id',
     incremental_strategy='delete+insert',
-    post_hook="delete from {{ this }} where run_id not in (select run_id from {{ ref('int_runs_versioned') }} where has_dumps)"
+    post_hook="{{ tilake_delete_removed_runs('has_dumps') }}"
 ) }}
 with todo as (
-    select run_id, dumps_registered_at as registered_at, dump_verdict, dump_consistency
-    from {{ ref('int_runs_versioned') }} v
-    where has_dumps
-    {% if is_incremental() %}
-      and not exists (select 1 from {{ this }} t
-                      where t.run_id = v.run_id and t.registered_at = v.dumps_registered_at)
-    {% endif %}
+    {{ tilake_runs_to_build('dumps_registered_at', 'has_dumps', ['dump_verdict', 'dump_consistency']) }}
 ),
 
 b as (

@@ -4,16 +4,10 @@
     materialized='incremental',
     unique_key='run_id',
     incremental_strategy='delete+insert',
-    post_hook="delete from {{ this }} where run_id not in (select run_id from {{ ref('int_runs_versioned') }} where has_profile)"
+    post_hook="{{ tilake_delete_removed_runs('has_profile') }}"
 ) }}
 with todo as (
-    select run_id, profile_registered_at as registered_at
-    from {{ ref('int_runs_versioned') }} v
-    where has_profile
-    {% if is_incremental() %}
-      and not exists (select 1 from {{ this }} t
-                      where t.run_id = v.run_id and t.registered_at = v.profile_registered_at)
-    {% endif %}
+    {{ tilake_runs_to_build('profile_registered_at', 'has_profile') }}
 )
 
 select
