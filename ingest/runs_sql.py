@@ -16,7 +16,6 @@ lake's Parquet (created only when the query names them, so marts-only queries st
 """
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys

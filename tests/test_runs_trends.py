@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +24,7 @@ from click.testing import CliRunner
 from tilake.cli import main
 from tilake.ingest.lake import Lake
 from tilake.ingest.profiler import ingest_profile
-from tilake.ingest.runs_registry import build_swapped, list_runs
+from tilake.ingest.runs_registry import build_swapped, list_runs, warehouse_is_current
 from tilake.ingest.synth_population import JobConfig, infer_population, train_population
 from tilake.pipeline import collect_captures
 from tilake.reports import trends
@@ -153,6 +152,8 @@ def test_one_more_run_is_incremental_and_safe_beside_a_reader(lake):
             infer_edit=lambda p: p.replace_op_type("FusedInferAttentionScore",
                                                    ["BatchMatMulV2", "SoftmaxV2", "BatchMatMulV2"]))
     _dumps(lake, "q3", first_div=0, ulp=4.0)
+    assert not warehouse_is_current(lake)               # listing falls back to the raw tables
+    assert [r["run_id"] for r in list_runs(lake)][-1] == "q3"
     reader = subprocess.Popen([sys.executable, "-c", READER, str(lake.warehouse)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -168,6 +169,7 @@ def test_one_more_run_is_incremental_and_safe_beside_a_reader(lake):
     assert seen["errors"] == [], seen                  # new read-only opens never failed during the build
     assert seen["before"] == 4 and seen["held_after"] == 4   # the held connection keeps its snapshot
     assert seen["fresh"] == 5 and seen["opens"] > 0 and set(seen["open_counts"]) <= {4, 5}
+    assert warehouse_is_current(lake)
     tampered = mart(lake.root, "select min(kernel_rows) from fct_run_op_kernels where run_id = 'q1'")[0][0]
     assert tampered >= 1000000                          # q1 was not recomputed
     assert mart(lake.root, "select count(*) from fct_run_op_kernels where run_id = 'q3'")[0][0] > 0
