@@ -250,3 +250,32 @@ def test_legacy_non_zip_pt_loads_without_mmap(tmp_path):
     t = torch.ones(3, dtype=torch.float16)
     torch.save(t, str(p), _use_new_zipfile_serialization=False)
     assert torch.equal(load_pt(p), t)
+
+
+def test_statistics_only_dump_is_evidence_missing(tmp_path):
+    cfg = G.Cfg()
+    w = G.weights(cfg)
+    G.dump_train(cfg, tmp_path / "train", w)
+    d = G.dump_infer(cfg, tmp_path / "infer", None, w=w)
+    # turn the inference side into a statistics dump: no data_name, no tensor files
+    dj = json.loads((d / "dump.json").read_text())
+    dj["task"] = "statistics"
+    dj["dump_data_dir"] = None
+
+    def strip(v):
+        if isinstance(v, dict):
+            v.pop("data_name", None)
+            for x in v.values():
+                strip(x)
+        elif isinstance(v, list):
+            for x in v:
+                strip(x)
+
+    strip(dj["data"])
+    (d / "dump.json").write_text(json.dumps(dj))
+    an = A.analyze_pair([A.RoundInput(tmp_path / "train", tmp_path / "infer")], M.load_map("qwen3_hf_vllm"))
+    assert {r["status"] for r in an.boundary_rows} == {"MISSING"}
+    assert "statistics-only dump" in an.boundary_rows[0]["reason"]
+    assert an.verdict == "evidence_missing" and "no boundary could be compared" in an.verdict_reason
+    rows = stats_rows(DumpSide(tmp_path / "infer"), "infer", 0)
+    assert {r["status"] for r in rows} == {"no_data"}

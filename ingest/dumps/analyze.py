@@ -760,9 +760,13 @@ def _verdict(an: Analysis, logprob: Optional[dict]) -> None:
     logic = [p for p in an.points if p.get("class") == "logic-level"]
     non_exact = [r for r in compared if r["status"] != "EXACT"]
     missing = [r for r in an.boundary_rows if r["status"] in NOT_COMPARED]
-    if not compared:
+    if not compared and missing:
+        an.verdict, an.consistency = "evidence_missing", "unknown"
+        an.verdict_reason = (f"no boundary could be compared ({len(missing)} evidence_missing/MISSING); "
+                             f"first: {missing[0]['boundary']} — {missing[0].get('reason')}")
+    elif not compared:
         an.verdict, an.consistency = "not_run", "unknown"
-        an.verdict_reason = "no boundary could be compared"
+        an.verdict_reason = "no boundary was analysed"
     elif any(r.get("first_divergence", {}).get("status") == "undetermined" for r in an.rounds) and not logic:
         an.verdict, an.consistency = "evidence_missing", "unknown"
         an.verdict_reason = next(r["first_divergence"]["reason"] for r in an.rounds
