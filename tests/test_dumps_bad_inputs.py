@@ -279,3 +279,20 @@ def test_statistics_only_dump_is_evidence_missing(tmp_path):
     assert an.verdict == "evidence_missing" and "no boundary could be compared" in an.verdict_reason
     rows = stats_rows(DumpSide(tmp_path / "infer"), "infer", 0)
     assert {r["status"] for r in rows} == {"no_data"}
+
+
+def test_bad_map_and_bad_out_folder_are_one_line_errors(mini, tmp_path):
+    tmp, _ = mini
+    bad = write_map(tmp / "bad.yaml", [{"name": "x", "train": {"module": "m.A.Lin"}}])
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(tmp / "train"), "--infer", str(tmp / "infer"),
+                                  "--map", str(bad), "--out", str(tmp / "o")])
+    assert r.exit_code == 2 and "boundaries[0] (x) has no 'infer' selector" in r.output
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(tmp / "train"), "--infer", str(tmp / "infer"),
+                                  "--map", "no_such_map", "--out", str(tmp / "o")])
+    assert r.exit_code == 2 and "(shipped maps: qwen3_hf_vllm, qwen3_megatron_vllm)" in r.output
+    f = tmp_path / "afile"
+    f.write_text("x")
+    good = write_map(tmp / "good.yaml", [bnd("b", sel("m.B.Lin"), sel("m.B.Lin"))])
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(tmp / "train"), "--infer", str(tmp / "infer"),
+                                  "--map", str(good), "--out", str(f / "sub"), "--no-charts"])
+    assert r.exit_code == 2 and "cannot create the output folder" in r.output and "Traceback" not in r.output

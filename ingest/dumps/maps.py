@@ -37,8 +37,17 @@ class Unavailable(Exception):
 
 
 def list_maps() -> List[Path]:
-    """Boundary map files shipped in ``models/``."""
-    return sorted(p for p in MODELS_DIR.glob("*.yaml") if not p.name.startswith("_"))
+    """Boundary map files shipped in ``models/`` (YAML files with a top-level ``boundaries`` list;
+    ``models/`` also holds other per-family knowledge, e.g. call-stack notes)."""
+    out = []
+    for p in sorted(MODELS_DIR.glob("*.yaml")):
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("boundaries"), list):
+            out.append(p)
+    return out
 
 
 def load_map(name_or_path: str) -> dict:
@@ -60,6 +69,18 @@ def load_map(name_or_path: str) -> dict:
         raise TilakeError(f"boundary map is not valid YAML: {str(exc).splitlines()[0]}", path=p)
     if not isinstance(data, dict) or not isinstance(data.get("boundaries"), list):
         raise TilakeError("boundary map has no 'boundaries' list", path=p)
+    for key in ("boundaries", "weights"):
+        for i, b in enumerate(data.get(key) or []):
+            if not isinstance(b, dict) or not b.get("name"):
+                raise TilakeError(f"{key}[{i}] has no name", path=p)
+            for side in SIDES:
+                if side not in b:
+                    raise TilakeError(f"{key}[{i}] ({b['name']}) has no {side!r} selector "
+                                      "(write null when that side has no such tensor)", path=p)
+                sel = b[side]
+                if sel is not None and not (isinstance(sel, dict) and ({"module", "api", "sum", "concat_last"} & set(sel))):
+                    raise TilakeError(f"{key}[{i}] ({b['name']}) {side} selector needs module, api, sum or "
+                                      "concat_last", path=p)
     data["_path"] = str(p)
     return data
 

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..errors import TilakeError
 from .analyze import Analysis
 from .reader import DumpSide
 
@@ -29,7 +30,10 @@ CARD_FIELDS = ("model", "train_backend", "train_backend_version", "infer_backend
 
 
 def _write_json(path: Path, obj: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TilakeError(f"cannot create the output folder: {exc.strerror}", path=path.parent)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(obj, fh, ensure_ascii=False, indent=1, default=str)
