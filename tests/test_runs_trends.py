@@ -311,8 +311,18 @@ def test_cookbook_queries_run_and_return_expected_rows(lake):
 
 
 def test_runs_rm_removes_partitions_and_rebuilds(lake):
-    r = CliRunner().invoke(main, ["runs", "rm", "l2", "--lake", str(lake.root)])
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(lake.warehouse)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "ready"
+        r = CliRunner().invoke(main, ["runs", "rm", "l2", "--lake", str(lake.root)])
+        out, _err = reader.communicate("stop\n", timeout=60)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
     assert r.exit_code == 0, r.output
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["errors"] == [] and seen["before"] == 5 and seen["held_after"] == 5 and seen["fresh"] == 4, seen
     assert "removed run l2" in r.output
     assert not list(lake.raw.glob("*/run_id=l2"))
     assert mart(lake.root, "select count(*) from fct_run_registry where run_id = 'l2'")[0][0] == 0
