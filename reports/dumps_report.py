@@ -1,15 +1,16 @@
 """Render ``alignment_report.md`` and ``alignment_report.html`` from ``report_source.json``.
 
 Templates (jinja2): ``reports/templates/alignment_report.md.j2`` / ``.html.j2``. They only
-format the facts in the report source; no thresholds or joins live here. The HTML embeds charts
-as base64 PNG (matplotlib, Agg backend): one signed-ULP histogram per diverging boundary and the
-amplification chain (max|diff| and tensor-scale ULP per boundary from the first divergence on).
+format the facts in the report source; no thresholds or joins live here. The HTML holds one
+inline-SVG signed-ULP histogram per diverging boundary and the amplification chain (max|diff| and
+tensor-scale ULP per boundary from the first divergence on) as a base64 PNG (matplotlib, Agg).
 """
 from __future__ import annotations
 
 import base64
 import io
 import json
+import math
 import os
 import uuid
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any, Dict, List
 from ..ingest.errors import TilakeError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-MAX_HIST_CHARTS = 64
 
 
 def _env():
@@ -58,25 +58,32 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def hist_chart(row: Dict[str, Any]) -> str:
-    """Bar chart of the signed-ULP histogram of one boundary (base64 PNG)."""
-    import matplotlib
+def hist_svg(row: Dict[str, Any]) -> str:
+    """Inline SVG bar chart of one boundary's signed-ULP histogram (log-scaled bar heights).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Plain SVG (no matplotlib) so every diverging boundary gets its chart at negligible cost.
+    """
+    from xml.sax.saxutils import escape
 
     hist = row.get("ulp_hist") or {}
-    labels = [k for k in hist]
-    vals = [hist[k] for k in labels]
-    fig, ax = plt.subplots(figsize=(4.6, 2.0))
-    colors = ["#c0392b" if k not in ("0",) else "#7f8c8d" for k in labels]
-    ax.bar(range(len(labels)), vals, color=colors)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, fontsize=6, rotation=30)
-    ax.set_yscale("symlog")
-    ax.set_title(f"{row['boundary']} (round {row['round']}): signed ULP", fontsize=8)
-    ax.tick_params(axis="y", labelsize=7)
-    return _png(fig)
+    labels = list(hist)
+    vals = [int(hist[k]) for k in labels]
+    top = math.log10(1 + max(vals or [1]))
+    w, h, pad, bw = 300, 110, 18, 28
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">',
+           f'<title>{escape(row["boundary"])} round {row["round"]}: signed ULP histogram</title>',
+           f'<text x="4" y="11" font-size="10">{escape(row["boundary"])} (round {row["round"]}): signed ULP</text>']
+    base = h - pad
+    for i, (lab, v) in enumerate(zip(labels, vals)):
+        bh = 0 if v == 0 or top == 0 else max(1.0, (base - 18) * math.log10(1 + v) / top)
+        x = 6 + i * (bw + 4)
+        color = "#7f8c8d" if lab == "0" else "#c0392b"
+        out.append(f'<rect x="{x}" y="{base - bh:.1f}" width="{bw}" height="{bh:.1f}" fill="{color}">'
+                   f'<title>{escape(lab)}: {v}</title></rect>')
+        out.append(f'<text x="{x + bw / 2}" y="{base - bh - 2:.1f}" font-size="7" text-anchor="middle">{v}</text>')
+        out.append(f'<text x="{x + bw / 2}" y="{h - 5}" font-size="7" text-anchor="middle">{escape(lab)}</text>')
+    out.append("</svg>")
+    return "".join(out)
 
 
 def chain_chart(chain: List[Dict[str, Any]], title: str) -> str:
@@ -118,12 +125,10 @@ def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> D
     if charts:
         div = [b for b in src["boundaries"] if b.get("ulp_hist") and b["status"] not in ("EXACT",)
                and b.get("mismatch_count")]
-        for b in div[:MAX_HIST_CHARTS]:
-            hists.append({"boundary": b["boundary"], "round": b["round"], "png": hist_chart(b)})
+        for b in div:
+            hists.append({"boundary": b["boundary"], "round": b["round"], "svg": hist_svg(b)})
         if src.get("amplification_chain"):
             chain_png = chain_chart(src["amplification_chain"], "amplification chain from the first divergence (round 0)")
-    html = env.get_template("alignment_report.html.j2").render(
-        s=src, hists=hists, chain_png=chain_png, hist_left_out=max(0, len([b for b in src["boundaries"]
-                                                                           if b.get("mismatch_count")]) - len(hists)))
+    html = env.get_template("alignment_report.html.j2").render(s=src, hists=hists, chain_png=chain_png)
     return {"report_md": _write(out_dir / "alignment_report.md", md),
             "report_html": _write(out_dir / "alignment_report.html", html)}
