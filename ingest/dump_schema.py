@@ -53,6 +53,7 @@ DUMP_TABLES: Dict[str, List[Tuple[str, str]]] = {
         ("class", "VARCHAR"),            # rounding-level | logic-level | NULL
         ("class_evidence", "VARCHAR"),   # JSON list
         ("notes", "VARCHAR"),            # JSON list (transforms applied, layout scans)
+        ("role", "VARCHAR"),             # independent_point | propagated | suspect | NULL (equal/not compared)
     ],
     # one row per stub round (instruction issued after round - 1, verification seen in round)
     "stub_rounds": [

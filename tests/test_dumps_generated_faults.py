@@ -185,6 +185,8 @@ def test_rounding_first_divergence_hiding_a_logic_fault(tmp_path):
     assert r0["first_divergence"]["boundary"] == "L0.attn_core.out"
     assert an.points[0]["class"] == "rounding-level"
     assert [s["boundary"] for s in r0["suspects"]] == ["L1.gate_proj.out"]
+    row = next(r for r in an.boundary_rows if r["round"] == 0 and r["boundary"] == "L1.gate_proj.out")
+    assert row["role"] == "suspect"
     assert [(p["round"], p["boundary"], p["class"]) for p in an.points] == [
         (0, "L0.attn_core.out", "rounding-level"), (1, "L1.attn_core.out", "rounding-level"),
         (2, "L1.gate_proj.out", "logic-level")]

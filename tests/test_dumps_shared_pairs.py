@@ -47,6 +47,8 @@ def test_exact_up_to_rope_then_attention_rounding(analysis):
     assert all(r["status"] == "NOT_EXACT" for r in an.boundary_rows if r["position"] >= 9)
     assert not [r for r in an.boundary_rows if r.get("class") == "logic-level"]
     assert [p["boundary"] for p in an.points] == ["L0.attn_core.out"]
+    assert att["role"] == "independent_point" and rows["logits"]["role"] == "propagated"
+    assert rows["embed"]["role"] is None
     assert an.points[0]["class"] == "rounding-level"
     assert an.rounds[0]["suspects"] == []
     assert an.verdict == "nonzero" and an.consistency == "rounding_only"

@@ -703,6 +703,13 @@ def _analyze_pair(rounds, bmap, pairing, task_card, progress, logprob) -> Analys
         fd = first_divergence(cmp_rows)
         chain = amplification_chain(cmp_rows, fd.get("boundary"))
         pts, sus = find_points(cmp_rows, cfg, k, isolated)
+        pt_names, sus_names = {p["boundary"] for p in pts}, {x["boundary"] for x in sus}
+        for r in cmp_rows:
+            if r["status"] in ("EXACT",) + NOT_COMPARED or r["status"] == "SHAPE_DIFF":
+                r["role"] = None
+            else:
+                r["role"] = ("independent_point" if r["boundary"] in pt_names else
+                             "suspect" if r["boundary"] in sus_names else "propagated")
         for p in pts:
             p["chain"] = amplification_chain(cmp_rows, p["boundary"])[:12]
         rinfo.update(first_divergence=fd, amplification_chain=chain, points=pts, suspects=sus,

@@ -120,7 +120,7 @@ def _brow(r: dict, kind: str) -> dict:
                                  "mismatch_count", "mismatch_fraction", "max_abs_diff", "ref_absmax",
                                  "tensor_ulp", "max_elem_ulp", "max_elem_ulp_significant", "signed_mean_ulp",
                                  "pos_count", "neg_count", "rows_total", "rows_differing", "cols_total",
-                                 "cols_differing", "pattern", "systematic_bias", "inputs_equal", "class")}
+                                 "cols_differing", "pattern", "systematic_bias", "inputs_equal", "class", "role")}
     out["kind"] = kind
     for k in ("inputs", "train_transforms", "infer_transforms", "train_shape", "infer_shape", "ulp_hist",
               "class_evidence", "notes"):

@@ -90,7 +90,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
     slim_keys = ("round", "boundary", "position", "op", "status", "reason", "train_shape", "infer_shape",
                  "train_dtype", "mismatch_count", "mismatch_fraction", "max_abs_diff", "tensor_ulp",
                  "max_elem_ulp_significant", "signed_mean_ulp", "pos_count", "neg_count", "ulp_hist",
-                 "rows_differing", "rows_total", "pattern", "class", "class_evidence", "inputs_equal",
+                 "rows_differing", "rows_total", "pattern", "class", "role", "class_evidence", "inputs_equal",
                  "systematic_bias", "train_source", "infer_source", "train_transforms", "infer_transforms")
     rounding = [p for p in an.points if p.get("class") == "rounding-level"]
     logic = [p for p in an.points if p.get("class") == "logic-level"]

@@ -39,5 +39,6 @@ select
     inputs_equal,
     "class" as diff_class,
     class_evidence,
-    notes
+    notes,
+    role
 from {{ source('lake_dumps', 'boundary_results') }}
