@@ -1,7 +1,7 @@
 -- grain: one row per distinct (op_type, kernel_name) seen in the lake, with its best catalog match.
 -- Matching happens on distinct names (small), never per kernel row.
 with names as (
-    select distinct op_type, kernel_name from {{ ref('stg_lake__kernels') }}
+    select distinct op_type, kernel_name from {{ ref('int_kernel_names_aggregated') }}
 ),
 matched as (
     select

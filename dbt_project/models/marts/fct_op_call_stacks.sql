@@ -1,19 +1,31 @@
 -- grain: run × side × op_type: the most frequent runtime call stack of the op's host op
 -- (PYTORCH_CALLCHAINS, innermost frame first as torch_npu stores it) and the MSTX phase.
-with k as (
-    select run_id, side, rank, capture_id, op_type, module, callchain_id, host_op_name, start_ns
-    from {{ ref('int_kernels_categorised') }}
-    where callchain_id is not null
+-- Incremental by run: reads kernel rows, call stacks and MSTX ranges of new/re-ingested runs only.
+{{ config(
+    materialized='incremental',
+    unique_key='run_id',
+    incremental_strategy='delete+insert',
+    post_hook="{{ tilake_delete_removed_runs('has_profile') }}"
+) }}
+with todo as (
+    {{ tilake_runs_to_build('profile_registered_at', 'has_profile') }}
+),
+k as (
+    select kk.run_id, kk.side, kk.rank, kk.capture_id, kk.op_type, kk.kernel_name, kk.callchain_id,
+           kk.host_op_name, kk.start_ns
+    from {{ ref('stg_lake__kernels') }} kk
+    join todo on todo.run_id = kk.run_id
+    where kk.callchain_id is not null
 ),
 top_chain as (
-    select run_id, side, op_type, any_value(module) as module, rank, capture_id, callchain_id,
+    select run_id, side, op_type, rank, capture_id, callchain_id,
            any_value(host_op_name) as host_op_name, count(*) as kernels
     from k
     group by run_id, side, op_type, rank, capture_id, callchain_id
     qualify row_number() over (partition by run_id, side, op_type order by count(*) desc, rank, callchain_id) = 1
 ),
 frames as (
-    select t.run_id, t.side, t.op_type, t.module, t.host_op_name, t.kernels,
+    select t.run_id, t.side, t.op_type, t.host_op_name, t.kernels,
            string_agg(s.frame, chr(10) order by s.depth) as stack,
            count(s.frame) as depth
     from top_chain t
@@ -25,11 +37,13 @@ frames as (
 phase as (
     select k.run_id, k.side, k.op_type, string_agg(distinct m.message, ', ') as phases
     from {{ ref('stg_lake__kernels') }} k
+    join todo on todo.run_id = k.run_id
     join {{ ref('stg_lake__mstx_ranges') }} m
       on m.run_id = k.run_id and m.side = k.side and m.rank = k.rank
      and k.start_ns between m.start_ns and m.end_ns
     group by k.run_id, k.side, k.op_type
 )
-select f.*, p.phases, 'PYTORCH_CALLCHAINS' as stack_source
+select f.*, p.phases, 'PYTORCH_CALLCHAINS' as stack_source, todo.registered_at
 from frames f
+join todo using (run_id)
 left join phase p using (run_id, side, op_type)

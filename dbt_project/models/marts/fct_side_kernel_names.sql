@@ -1,5 +1,6 @@
 -- grain: run × side × kernel_name (× op_type): runtime kernel counts (*_runtime_ops.json).
-select run_id, side, kernel_name, op_type, category, module,
-       sum(call_count) as calls, sum(coalesce(dur_ns, 0)) as total_dur_ns, count(distinct rank) as ranks
-from {{ ref('int_kernels_categorised') }}
-group by run_id, side, kernel_name, op_type, category, module
+select a.run_id, a.side, a.kernel_name, a.op_type, c.category, c.module,
+       a.calls, a.total_dur_ns, a.ranks
+from {{ ref('int_kernel_names_aggregated') }} a
+left join {{ ref('int_op_types_catalogued') }} c
+  on c.op_type is not distinct from a.op_type and c.kernel_name is not distinct from a.kernel_name
