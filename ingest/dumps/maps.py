@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from ..errors import TilakeError
-from .reader import DumpSide, Slot
+from .reader import MODULE_RE, DumpSide, Slot
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 SIDES = ("train", "infer")
@@ -133,6 +133,12 @@ class SideView:
             self.norm.setdefault(self.normalise(e), e)
         for e in dump.parents:
             self.norm.setdefault(self.normalise(e), e)
+        # (module path without class, call) → normalised entry, for "<path>.*" class wildcards
+        self._by_path: Dict[Tuple[str, int], str] = {}
+        for n in sorted(self.norm):
+            m = MODULE_RE.match(n)
+            if m and m.group("dir") == "forward":
+                self._by_path.setdefault((m.group("path"), int(m.group("call"))), n)
 
     def normalise(self, name: str) -> str:
         """Remove the configured segments (``a._fsdp_wrapped_module.b`` → ``a.b``)."""
@@ -146,9 +152,8 @@ class SideView:
         module with different classes).
         """
         if module.endswith(".*"):
-            rx = re.compile("^" + re.escape(f"Module.{module[:-2]}.") + r"[^.]+" + re.escape(f".forward.{call}") + "$")
-            hits = sorted(n for n in self.norm if rx.match(n))
-            return self.norm[hits[0]] if hits else None
+            hit = self._by_path.get((module[:-2], int(call)))
+            return self.norm[hit] if hit else None
         return self.norm.get(f"Module.{module}.forward.{call}")
 
     def layer_count(self, pattern: str) -> int:

@@ -281,8 +281,15 @@ class DumpSide:
 
     def children(self, parent: str) -> List[str]:
         """Dumped entries whose construct.json parent is ``parent``, in execution order."""
-        return sorted((k for k, p in self.parents.items() if p == parent and k in self.entries),
-                      key=lambda k: self.order[k])
+        if not hasattr(self, "_kids"):
+            kids: Dict[Optional[str], List[str]] = {}
+            for k, p in self.parents.items():
+                if k in self.entries:
+                    kids.setdefault(p, []).append(k)
+            for v in kids.values():
+                v.sort(key=lambda k: self.order[k])
+            self._kids = kids
+        return list(self._kids.get(parent, []))
 
     def pt_path(self, slot: Slot) -> Path:
         """Where the slot's ``.pt`` lives (``dump_tensor_data/<data_name>``).
