@@ -152,3 +152,17 @@ def test_cli_probe_and_analyze_into_lake(tmp_path):
     assert n == 413 + 372 and bad == 0 and mism == 0
     g = str(tmp_path / "lake" / "raw" / "boundary_results" / "**" / "*.parquet")
     assert con.execute(f"select count(*) from read_parquet('{g}') where kind='activation'").fetchone()[0] == 35
+
+
+def test_measured_logprob_diff_is_reported_only_when_supplied(tmp_path):
+    lp = tmp_path / "lp.json"
+    lp.write_text(json.dumps({"mean": 0.0012, "max": 0.031, "std": 0.004, "source": "training log, step 12"}))
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(DUMPS / "pairA" / "train"), "--infer",
+                                  str(DUMPS / "pairA" / "infer"), "--out", str(tmp_path / "o"), "--no-charts",
+                                  "--logprob-json", str(lp)])
+    assert r.exit_code == 0, r.output
+    src = json.loads((tmp_path / "o" / "report_source.json").read_text())
+    assert src["results"]["prefill_logprob_diff"] == {"status": "nonzero", "mean": 0.0012, "max": 0.031,
+                                                      "std": 0.004, "source": "training log, step 12"}
+    md = (tmp_path / "o" / "alignment_report.md").read_text()
+    assert "Prefill log-prob diff: `nonzero` (mean 0.0012, max 0.031, source training log, step 12)" in md
