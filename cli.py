@@ -52,12 +52,17 @@ def _tags(values):
     return tags
 
 
-def _meta(model_id, model_family, tags, **extra):
+def _meta(model_id, model_family, tags, model_path=None, step=None, **extra):
     meta = {k: v for k, v in extra.items() if v is not None}
     if model_id:
         meta["model_id"] = model_id
+    if not model_family and model_path:
+        from .ingest.runs_registry import model_family_for
+        model_family = model_family_for(model_path, model_id)[0]
     if model_family:
         meta["model_family"] = model_family
+    if step is not None:
+        meta["step"] = step
     if tags:
         meta["tags"] = _tags(tags)
     return meta
@@ -96,7 +101,11 @@ PROFILE_OPTIONS = [
     click.option("--infer", "infer", multiple=True, type=click.Path(path_type=Path),
                  help="Inference capture: DB file, *_ascend_pt or folder (repeatable)."),
     click.option("--model-id", help="e.g. Qwen/Qwen3-0.6B (default: unknown)."),
-    click.option("--model-family", help="e.g. qwen3 (default: unknown)."),
+    click.option("--model-family", help="e.g. qwen3 (default: from --model-path's config.json model_type, "
+                                        "else from the model id, else unknown)."),
+    click.option("--model-path", type=click.Path(path_type=Path),
+                 help="Model folder (or its config.json): the family is read from model_type."),
+    click.option("--step", type=int, help="RL step that was profiled."),
     click.option("--tag", "tags", multiple=True, help="key=value label stored with the run (repeatable)."),
     click.option("--allow-missing", is_flag=True,
                  help="Record sides without device evidence as evidence_missing instead of failing."),
@@ -123,7 +132,8 @@ def _run_id(run_id, source, train, infer):
 @click.argument("profiler_output", required=False, type=click.Path(path_type=Path))
 @_profile_options
 @LAKE_OPTION
-def ingest(profiler_output, run_id, train, infer, model_id, model_family, tags, allow_missing, lake_path):
+def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
+           lake_path):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
     from .ingest.profiler import ingest_profile
     from .pipeline import collect_captures
@@ -132,7 +142,7 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, tags, 
 
     rid = _run_id(run_id, profiler_output, train, infer)
     caps = collect_captures(profiler_output, train, infer)
-    meta = _meta(model_id, model_family, tags, collection_method="recorded profiler output",
+    meta = _meta(model_id, model_family, tags, model_path, step, collection_method="recorded profiler output",
                  source_path=source_description(profiler_output, train, infer))
     res = ingest_profile(_lake(lake_path), rid, caps, meta, allow_missing=allow_missing)
     for c in res.captures:
@@ -147,13 +157,14 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, tags, 
 @click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
 @LAKE_OPTION
 def build(select, full_refresh, lake_path):
-    """Run dbt build on the lake (seeds, models, tests) in-process."""
-    from .build import dbt_build
+    """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
+    is swapped in atomically (readers with the warehouse open are never blocked)."""
+    from .ingest.runs_registry import build_swapped
 
     lake = _lake(lake_path)
     if not (lake.raw.is_dir() or lake.warehouse.exists()):
         raise TilakeError("no lake here: ingest a run first (tilake ingest / run / example)", path=lake.root)
-    res = dbt_build(lake, select=list(select) or None, full_refresh=full_refresh)
+    res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
     for n in res.warnings:
         from .pipeline import _warning_text
         click.echo(f"warning: {_warning_text(n)}")
@@ -187,14 +198,14 @@ def report(run_id, out_dir, lang, lake_path):
               help="Folder for the outputs (default: the profiler_output folder's parent).")
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @LAKE_OPTION
-def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, tags, allow_missing, out_dir, lang,
-            lake_path):
+def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
+            out_dir, lang, lake_path):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from .pipeline import run_profile
 
     rid = _run_id(run_id, profiler_output, train, infer)
     out_dir = out_dir or (profiler_output.resolve().parent if profiler_output else Path("."))
-    meta = _meta(model_id, model_family, tags, collection_method="recorded profiler output")
+    meta = _meta(model_id, model_family, tags, model_path, step, collection_method="recorded profiler output")
     res = run_profile(profiler_output, _lake(lake_path), rid, out_dir, meta, lang, train, infer, allow_missing)
     _print_summary(res)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .build import dbt_build
+from .ingest.runs_registry import build_swapped
 from .ingest.errors import TilakeError
 from .ingest.lake import Lake, validate_run_id
 from .ingest.profiler import IngestResult, ingest_profile
@@ -134,7 +134,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     with lake.locked():
         ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
                              hold_lock=False)
-        build = dbt_build(lake, hold_lock=False, progress=progress)
+        build = build_swapped(lake, hold_lock=False)
     if not build.success:
         failed = "; ".join(f"{n[0]}: {n[3].splitlines()[0] if n[3] else n[2]}" for n in build.failures[:3])
         raise TilakeError(f"dbt build failed ({failed})", path=lake.root)

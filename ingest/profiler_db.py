@@ -31,7 +31,7 @@ from typing import Dict, Iterator, List, Optional
 
 from .duck import sql_str
 from .errors import TilakeError
-from .profiler_sql import clean_text, is_derived, op_type_or_derived
+from .profiler_sql import clean_text, derived_op_type, is_derived, op_type_or_derived
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 INVALID = 4294967295
@@ -202,13 +202,17 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
     con = writer.con
     res = DbResult(probe=pr)
     con.execute("SET memory_limit='700MB'")
-    con.execute(f"SET temp_directory={sql_str(tempfile.gettempdir())}")
+    spill = tempfile.mkdtemp(prefix="tilake-spill-")  # private: concurrent DuckDB processes clash in /tmp
+    con.execute(f"SET temp_directory={sql_str(spill)}")
     con.execute("DETACH DATABASE IF EXISTS s")
     con.execute(f"ATTACH {sql_str(db)} AS s (TYPE sqlite, READ_ONLY)")
     try:
-        con.execute("CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value FROM s.STRING_IDS"
-                    if pr.has("STRING_IDS") else
-                    "CREATE OR REPLACE TEMP TABLE sid (id BIGINT, value VARCHAR)")
+        # strings are cleaned (quotes, CR/LF, N/A) and op types derived from names once per STRING_IDS
+        # row, not once per kernel row: the kernel query only picks precomputed columns
+        src = ("SELECT id, value FROM s.STRING_IDS" if pr.has("STRING_IDS")
+               else "SELECT CAST(NULL AS BIGINT) AS id, CAST(NULL AS VARCHAR) AS value WHERE false")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value, {clean_text('value')} AS clean, "
+                    f"{derived_op_type('value')} AS derived FROM ({src})")
         _host_ops_table(con, pr)
         res.compute_kernels, res.kernels = _write_kernels(con, pr, writer, partition, capture_id)
         res.host_ops = _write_host_ops(con, writer, partition, capture_id)
@@ -237,6 +241,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
             con.execute("DETACH DATABASE IF EXISTS s")
         except Exception:  # connection invalidated by a fatal DuckDB error: the writer reopens one
             writer._con = None
+        shutil.rmtree(spill, ignore_errors=True)
     return res
 
 
@@ -315,7 +320,8 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
                    "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
                    "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
         joins = "\n".join(f"LEFT JOIN sid j_{a} ON j_{a}.id = b.c_{a}" for a in strings)
-        picks = ", ".join(f"j_{a}.value AS {a}" for a in strings)
+        picks = ", ".join(f"j_{a}.value AS {a}, j_{a}.clean AS {a}_clean" for a in strings)
+        picks += ", j_kernel_name.derived AS name_derived"
         base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
         cann_join = ("LEFT JOIN (SELECT connectionId, name FROM s.CANN_API) ca ON ca.connectionId = b.connectionId "
                      "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
@@ -337,12 +343,11 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
             SELECT {cid} AS capture_id, 'db' AS source_kind, globalTaskId AS global_task_id,
                    deviceId AS device_id, streamId AS stream_id, taskId AS task_id,
                    startNs AS start_ns, endNs AS end_ns, endNs - startNs AS dur_ns,
-                   kernel_name, {op_type_or_derived('raw_op', 'kernel_name')} AS op_type,
-                   {is_derived('raw_op')} AS op_type_derived, {clean_text('accel')} AS accelerator,
+                   kernel_name, CASE WHEN raw_op_clean IS NULL THEN name_derived ELSE raw_op END AS op_type,
+                   raw_op_clean IS NULL AS op_type_derived, accel_clean AS accelerator,
                    device_task_type, block_dim,
-                   {clean_text('i_sh')} AS input_shapes, {clean_text('i_dt')} AS input_dtypes,
-                   {clean_text('i_fm')} AS input_formats, {clean_text('o_sh')} AS output_shapes,
-                   {clean_text('o_dt')} AS output_dtypes, {clean_text('o_fm')} AS output_formats,
+                   i_sh_clean AS input_shapes, i_dt_clean AS input_dtypes, i_fm_clean AS input_formats,
+                   o_sh_clean AS output_shapes, o_dt_clean AS output_dtypes, o_fm_clean AS output_formats,
                    NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
                    host_op_id, host_op_name, callchain_id, 1 AS call_count
             FROM k"""

@@ -1,20 +1,21 @@
 -- grain: run. Backend of each side: the run metadata when known, else detected from runtime
 -- call-stack frames (megatron/, fsdp, vllm/) or from inference-only kernels (vLLM-Ascend's
 -- ReshapeAndCache / _triton_rope / FusedInferAttentionScore), else 'unknown'.
+-- Reads the (small, incremental) per-op call-stack and kernel-name marts, never raw rows.
 with frames as (
     select run_id, side,
-           bool_or(frame ilike '%megatron%') as megatron,
-           bool_or(frame ilike '%fsdp%') as fsdp,
-           bool_or(frame ilike '%vllm%') as vllm,
-           bool_or(frame ilike '%sglang%') as sglang
-    from {{ ref('stg_lake__call_stacks') }}
+           bool_or(stack ilike '%megatron%') as megatron,
+           bool_or(stack ilike '%fsdp%') as fsdp,
+           bool_or(stack ilike '%vllm%') as vllm,
+           bool_or(stack ilike '%sglang%') as sglang
+    from {{ ref('fct_op_call_stacks') }}
     group by run_id, side
 ),
 kern as (
     select run_id,
            bool_or(side = 'infer' and (op_type in ('FusedInferAttentionScore') or kernel_name like 'ReshapeAndCache%'
                    or kernel_name like '_triton_rope%')) as vllm_kernels
-    from {{ ref('stg_lake__kernels') }}
+    from {{ ref('int_kernel_names_aggregated') }}
     group by run_id
 )
 select r.run_id,

@@ -16,7 +16,7 @@ caps as (
            count(*) as captures,
            bool_or(coalesce(truncated, false)) as any_truncated,
            string_agg(distinct profiler_level, ',') as profiler_levels
-    from {{ ref('stg_lake__captures') }}
+    from {{ ref('int_captures_collected') }}
     group by run_id, side
 )
 select

@@ -4,4 +4,4 @@ select
     c.schema_variant, c.profiler_level, c.schema_version, c.truncated, c.table_rows,
     c.kernel_count, c.host_op_count, c.status, c.reason,
     c.session_start_ns, c.session_end_ns
-from {{ ref('stg_lake__captures') }} c
+from {{ ref('int_captures_collected') }} c
