@@ -188,6 +188,12 @@ def test_dtype_in_file_differs_from_dump_json(tmp_path):
                    declared_dtypes={"Module.m.A.Lin.forward.0.output.0.pt": "torch.bfloat16"})
     rows = stats_rows(DumpSide(d), "train", 0)
     assert rows[0]["dtype"] == "torch.float16" and rows[0]["dtype_mismatch"] is True
+    write_dump(tmp_path / "o", [("Module.m.A.Lin.forward.0", None, {"output": [t]})])
+    mp = write_map(tmp_path / "m.yaml", [bnd("a", sel("m.A.Lin"), sel("m.A.Lin"))])
+    an = A.analyze_pair([A.RoundInput(d, tmp_path / "o")], M.load_map(str(mp)))
+    assert an.boundary_rows[0]["status"] == "EXACT"
+    assert any("dump.json says torch.bfloat16" in n and "the file holds torch.float16" in n
+               for n in an.boundary_rows[0]["notes"])
     assert "dump.json says torch.bfloat16, the file holds torch.float16" in rows[0]["reason"]
 
 

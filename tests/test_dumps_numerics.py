@@ -65,6 +65,15 @@ def test_nonfinite_same_place_is_equal_one_sided_is_a_finding():
     assert st["max"] == 1.0 and st["min"] == 1.0 and st["mean"] == 1.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32] + F8)
+def test_tensor_stats_in_float64_for_every_float_dtype(dtype):
+    x = torch.tensor([0.5, -1.5, 2.0, 0.25]).to(dtype)
+    st = tensor_stats(x)
+    assert st["dtype"] == str(dtype) and st["min"] == -1.5 and st["max"] == 2.0
+    assert st["mean"] == pytest.approx(0.3125) and st["norm"] == pytest.approx(math.sqrt(0.25 + 2.25 + 4 + 0.0625))
+    assert st["nbytes"] == 4 * x.element_size()
+
+
 def test_dtype_diff_and_float64_stats():
     x = torch.full((1000,), 1.0 + 2 ** -7, dtype=torch.bfloat16)
     assert compare(x, x.float())["status"] == "DTYPE_DIFF"

@@ -345,6 +345,10 @@ def materialise(view: SideView, res: Resolved, dims: Dict[str, int], context: Op
 
     notes: List[str] = []
     ts = [view.dump.load(s) for s in res.slots]
+    for sl, t in zip(res.slots, ts):
+        if sl.declared_dtype and sl.declared_dtype != str(t.dtype):
+            notes.append(f"warning: dump.json says {sl.declared_dtype} for {sl.data_name}, the file holds {t.dtype} "
+                         "(the file is used)")
     if res.combine == "sum":
         acc = getattr(torch, res.accumulate or "float32")
         t = ts[0].to(acc)
