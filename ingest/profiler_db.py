@@ -326,11 +326,17 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
         cann_join = ("LEFT JOIN (SELECT connectionId, name FROM s.CANN_API) ca ON ca.connectionId = b.connectionId "
                      "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
         cann_val = "j_cann.value" if has_cann else "NULL"
+        # pass 1: the TASK ⋈ COMPUTE_TASK_INFO join alone, ids only, streamed to a private Parquet
+        # file (one large hash table in memory at a time keeps big DBs inside the memory limit)
+        joined = writer.staging / f"_task_join_{capture_id}.parquet"
+        con.execute(f"""
+            COPY (SELECT t.globalTaskId, t.deviceId, t.streamId, t.taskId, t.startNs, t.endNs, t.taskType AS t_tt,
+                         t.connectionId, {blk} AS block_dim, {base_cols}
+                  FROM s.COMPUTE_TASK_INFO c JOIN s.TASK t ON t.globalTaskId = c.globalTaskId)
+            TO {sql_str(joined)} (FORMAT parquet, COMPRESSION uncompressed)""")
         sql = f"""
             WITH b AS (
-                SELECT t.globalTaskId, t.deviceId, t.streamId, t.taskId, t.startNs, t.endNs, t.taskType AS t_tt,
-                       t.connectionId, {blk} AS block_dim, {base_cols}
-                FROM s.COMPUTE_TASK_INFO c JOIN s.TASK t ON t.globalTaskId = c.globalTaskId
+                SELECT * FROM read_parquet({sql_str(joined)})
             ), k AS (
                 SELECT b.*, {picks}, j_tt.value AS device_task_type, {cann_val} AS cann_api_name,
                        h.host_op_id, h.name AS host_op_name, h.callchain_id
@@ -351,7 +357,10 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
                    NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
                    host_op_id, host_op_name, callchain_id, 1 AS call_count
             FROM k"""
-        n += writer.copy_query("kernels", sql, partition)
+        try:
+            n += writer.copy_query("kernels", sql, partition)
+        finally:
+            joined.unlink(missing_ok=True)
     compute = n
     if pr.has("COMMUNICATION_OP"):
         op_name = _str(pr, "COMMUNICATION_OP", "opName", "o")
