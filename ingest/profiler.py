@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,7 +70,18 @@ def _host_rows(pr) -> int:
 
 def _ingest_db(cap: Capture, w, part: Dict, row: Dict) -> CaptureResult:
     wal = check_header(cap.path)
-    row.update(size_bytes=file_size(cap.path), sha256=sha256_file(cap.path))
+    row.update(size_bytes=file_size(cap.path))
+    # hash the input in a thread while DuckDB reads it (hashlib releases the GIL on large blocks)
+    hasher = ThreadPoolExecutor(max_workers=1)
+    digest = hasher.submit(sha256_file, cap.path)
+    try:
+        return _ingest_db_inner(cap, w, part, row, wal)
+    finally:
+        row["sha256"] = digest.result()
+        hasher.shutdown()
+
+
+def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> CaptureResult:
     with readable_copy(cap.path, wal) as db:
         pr = probe(db)
         if not pr.has("STRING_IDS") and not pr.has("TASK") and not pr.has("PYTORCH_API"):
