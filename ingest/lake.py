@@ -62,7 +62,8 @@ class Lake:
 
     # ------------------------------------------------------------------ layout
     def ensure(self) -> None:
-        """Create the folders and a zero-row ``_empty.parquet`` per registered table."""
+        """Create the folders and a zero-row ``_empty.parquet`` per registered table (rewritten when the
+        table gained columns since the lake was created, so old lakes stay readable)."""
         if self.root.exists() and not self.root.is_dir():
             raise TilakeError("lake path exists and is not a folder", path=self.root)
         self.raw.mkdir(parents=True, exist_ok=True)
@@ -70,7 +71,11 @@ class Lake:
         for table in schema.TABLES:
             empty = self.raw / table / "_empty.parquet"
             if empty.exists():
-                continue
+                # a lake written by an older tilake: refresh the schema file when columns were added
+                con = con or connect()
+                have = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_str(empty)})").fetchall()]
+                if have == [c for c, _t in schema.TABLES[table]]:
+                    continue
             empty.parent.mkdir(parents=True, exist_ok=True)
             con = con or connect()
             tmp = empty.with_name(f".tmp-{uuid.uuid4().hex}.parquet")

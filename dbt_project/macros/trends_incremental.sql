@@ -24,3 +24,21 @@
 {% macro tilake_delete_removed_runs(has='has_profile') %}
 delete from {{ this }} where run_id not in (select run_id from {{ ref('int_runs_versioned') }} where {{ has }})
 {% endmacro %}
+
+{#- The whole per-run incremental header in one call: the config and the `todo` CTE of runs to
+    (re)build. Use as the first lines of a model, then continue with `, next_cte as (…)` or a select:
+
+      {{ tilake_per_run_incremental() }}
+      select … from … join todo using (run_id)
+-#}
+{% macro tilake_per_run_incremental(registered_at='profile_registered_at', has='has_profile', columns=[]) %}
+{{ config(
+    materialized='incremental',
+    unique_key='run_id',
+    incremental_strategy='delete+insert',
+    post_hook="{{ tilake_delete_removed_runs('" ~ has ~ "') }}"
+) }}
+with todo as (
+    {{ tilake_runs_to_build(registered_at, has, columns) }}
+)
+{% endmacro %}

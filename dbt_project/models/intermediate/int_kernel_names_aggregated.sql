@@ -1,15 +1,7 @@
 -- grain: run × side × op_type × kernel_name: kernel rows summed over ranks. The only foundation model
 -- that reads kernel rows; incremental by run (a run is read again only when it is new or re-ingested,
 -- see macros/trends_incremental.sql), so adding one run to a lake of N reads one run's kernels.
-{{ config(
-    materialized='incremental',
-    unique_key='run_id',
-    incremental_strategy='delete+insert',
-    post_hook="{{ tilake_delete_removed_runs('has_profile') }}"
-) }}
-with todo as (
-    {{ tilake_runs_to_build('profile_registered_at', 'has_profile') }}
-)
+{{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }}
 select
     k.run_id, k.side, k.op_type, k.kernel_name,
     any_value(todo.registered_at) as registered_at,

@@ -1,15 +1,7 @@
 -- grain: run × side × op_type: the most frequent runtime call stack of the op's host op
 -- (PYTORCH_CALLCHAINS, innermost frame first as torch_npu stores it) and the MSTX phase.
 -- Incremental by run: reads kernel rows, call stacks and MSTX ranges of new/re-ingested runs only.
-{{ config(
-    materialized='incremental',
-    unique_key='run_id',
-    incremental_strategy='delete+insert',
-    post_hook="{{ tilake_delete_removed_runs('has_profile') }}"
-) }}
-with todo as (
-    {{ tilake_runs_to_build('profile_registered_at', 'has_profile') }}
-),
+{{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }},
 k as (
     select kk.run_id, kk.side, kk.rank, kk.capture_id, kk.op_type, kk.kernel_name, kk.callchain_id,
            kk.host_op_name, kk.start_ns

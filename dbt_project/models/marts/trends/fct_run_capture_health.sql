@@ -1,15 +1,7 @@
 -- grain: run × side: capture health summed over ranks (captures by status, truncated sessions,
 -- kernels and host ops) and the side's evidence (device | host_fallback | evidence_missing).
 -- Incremental, keyed by run (runs.created_at is the version); removed runs are deleted.
-{{ config(
-    materialized='incremental',
-    unique_key='run_id',
-    incremental_strategy='delete+insert',
-    post_hook="{{ tilake_delete_removed_runs('has_profile') }}"
-) }}
-with todo as (
-    {{ tilake_runs_to_build('profile_registered_at', 'has_profile') }}
-),
+{{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }},
 
 caps as (
     select run_id, side,

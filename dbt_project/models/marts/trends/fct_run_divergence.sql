@@ -2,15 +2,7 @@
 -- status none | undetermined | found), the number of independent difference points (all rounds),
 -- the max tensor-scale ULP over the boundaries compared in round 0, and how many were compared.
 -- Incremental, keyed by run (dump_runs.created_at is the version); removed runs are deleted.
-{{ config(
-    materialized='incremental',
-    unique_key='run_id',
-    incremental_strategy='delete+insert',
-    post_hook="{{ tilake_delete_removed_runs('has_dumps') }}"
-) }}
-with todo as (
-    {{ tilake_runs_to_build('dumps_registered_at', 'has_dumps', ['dump_verdict', 'dump_consistency']) }}
-),
+{{ tilake_per_run_incremental('dumps_registered_at', 'has_dumps', ['dump_verdict', 'dump_consistency']) }},
 
 b as (
     select * from {{ ref('fct_boundary_diffs') }}

@@ -1,14 +1,6 @@
 -- grain: run × comparison module (category) × grade. Incremental, keyed by run: only runs whose
 -- profile registration (runs.created_at) is new or changed are recomputed; removed runs are deleted.
-{{ config(
-    materialized='incremental',
-    unique_key='run_id',
-    incremental_strategy='delete+insert',
-    post_hook="{{ tilake_delete_removed_runs('has_profile') }}"
-) }}
-with todo as (
-    {{ tilake_runs_to_build('profile_registered_at', 'has_profile') }}
-)
+{{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }}
 
 select
     c.run_id,

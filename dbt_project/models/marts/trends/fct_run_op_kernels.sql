@@ -1,14 +1,6 @@
 -- grain: run × side × op_type: kernel calls and total device time (ns) of each op type on each
 -- path. Incremental, keyed by run (runs.created_at is the version); removed runs are deleted.
-{{ config(
-    materialized='incremental',
-    unique_key='run_id',
-    incremental_strategy='delete+insert',
-    post_hook="{{ tilake_delete_removed_runs('has_profile') }}"
-) }}
-with todo as (
-    {{ tilake_runs_to_build('profile_registered_at', 'has_profile') }}
-)
+{{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }}
 
 select
     o.run_id,
