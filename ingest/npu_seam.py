@@ -18,6 +18,8 @@ reason. Tests substitute their own seam (``tests/scan_data/standin``) whose ``na
 """
 from __future__ import annotations
 
+import abc
+
 import json
 import os
 import shutil
@@ -139,18 +141,20 @@ class AnalyseResult:
     real: bool
 
 
-class NpuSeam:
+class NpuSeam(abc.ABC):
     """Interface of the seam (see module doc). Subclasses set ``name`` and ``real``."""
 
     name = "abstract"
     real = False
 
-    def probe(self, env: Mapping[str, str], python: Optional[str] = None) -> NpuProbe:  # pragma: no cover
-        raise NotImplementedError
+    @abc.abstractmethod
+    def probe(self, env: Mapping[str, str], python: Optional[str] = None) -> NpuProbe:
+        """Detect torch/torch_npu, NPU count and tools in the run environment."""
 
+    @abc.abstractmethod
     def analyse(self, raw_dir: Path, export_type: Optional[Sequence[str]], log_path: Path,
-                env: Optional[Mapping[str, str]] = None, timeout_s: float = 3600) -> AnalyseResult:  # pragma: no cover
-        raise NotImplementedError
+                env: Optional[Mapping[str, str]] = None, timeout_s: float = 3600) -> AnalyseResult:
+        """Parse one raw ``*_ascend_pt`` folder (``torch_npu.profiler.profiler.analyse``)."""
 
 
 def resolve_python(program: str, env: Mapping[str, str]) -> Optional[str]:

@@ -28,7 +28,7 @@ import sqlite3
 import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from rich.console import Console
 
@@ -84,9 +84,10 @@ def _dbs(pt_dir: Path) -> List[Path]:
     return sorted(out.glob("ascend_pytorch_profiler*.db")) if out.is_dir() else []
 
 
-def _host_csv(pt_dir: Path) -> Optional[Path]:
+def _csv_with_rows(pt_dir: Path, names: Sequence[str]) -> Optional[Path]:
+    """The first of ``names`` in ``ASCEND_PROFILER_OUTPUT`` that has a header and at least one row."""
     out = pt_dir / "ASCEND_PROFILER_OUTPUT"
-    for name in HOST_CSVS:
+    for name in names:
         p = out / name
         try:
             if p.is_file() and sum(1 for ln in p.open(encoding="utf-8-sig", errors="replace") if ln.strip()) > 1:
@@ -94,19 +95,16 @@ def _host_csv(pt_dir: Path) -> Optional[Path]:
         except OSError:
             continue
     return None
+
+
+def _host_csv(pt_dir: Path) -> Optional[Path]:
+    """``api_statistic.csv`` / ``operator_details.csv`` with rows: the host-side fallback."""
+    return _csv_with_rows(pt_dir, HOST_CSVS)
 
 
 def _device_csv(pt_dir: Path) -> Optional[Path]:
     """``kernel_details.csv`` / ``op_statistic.csv`` with rows: device-side rows in text form."""
-    out = pt_dir / "ASCEND_PROFILER_OUTPUT"
-    for name in DEVICE_CSVS:
-        p = out / name
-        try:
-            if p.is_file() and sum(1 for ln in p.open(encoding="utf-8-sig", errors="replace") if ln.strip()) > 1:
-                return p
-        except OSError:
-            continue
-    return None
+    return _csv_with_rows(pt_dir, DEVICE_CSVS)
 
 
 def _is_raw(pt_dir: Path) -> bool:
