@@ -31,7 +31,7 @@ from typing import Dict, Iterator, List, Optional
 
 from .duck import sql_str
 from .errors import TilakeError
-from .profiler_sql import clean_text, derived_op_type, is_derived, op_type_or_derived
+from .profiler_sql import clean_text, derived_op_type
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 INVALID = 4294967295
@@ -165,15 +165,21 @@ def probe(path: Path) -> DbProbe:
     return p
 
 
-def _col(pr: DbProbe, table: str, col: str, alias: str, expr: Optional[str] = None) -> str:
-    return f"{expr or alias + '.' + col}" if pr.has(table, col) else "NULL"
+def _sid_join(pr: DbProbe, table: str, col: str, src: str, alias: str) -> tuple:
+    """Decode ``src.col`` (a STRING_IDS key) with a LEFT JOIN on the in-memory ``sid`` copy.
 
-
-def _str(pr: DbProbe, table: str, col: str, alias: str) -> str:
-    """Decoded STRING_IDS value of ``alias.col`` or NULL when the column is absent."""
+    Returns ``(join clause, alias)``; ``("", None)`` when the column is absent. Read
+    ``alias.value`` / ``.clean`` / ``.derived`` (see :func:`load_db`). Joins, never correlated
+    scalar subqueries: those cost ~28× on large tables (bench/README.md).
+    """
     if not pr.has(table, col):
-        return "NULL"
-    return f"(SELECT value FROM sid WHERE sid.id = {alias}.\"{col}\")"
+        return "", None
+    return f'LEFT JOIN sid {alias} ON {alias}.id = {src}."{col}"', alias
+
+
+def _v(alias: "str | None", field: str = "value") -> str:
+    """``alias.field`` of a :func:`_sid_join`, or NULL when the column was absent."""
+    return f"{alias}.{field}" if alias else "NULL"
 
 
 @dataclass
@@ -217,19 +223,20 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
         res.compute_kernels, res.kernels = _write_kernels(con, pr, writer, partition, capture_id)
         res.host_ops = _write_host_ops(con, writer, partition, capture_id)
         if pr.has("PYTORCH_CALLCHAINS"):
-            stack = ("coalesce((SELECT value FROM sid WHERE sid.id = TRY_CAST(c.stack AS BIGINT)), "
-                     "CAST(c.stack AS VARCHAR))")
+            # stack is a STRING_IDS key (TEXT holding the frame itself in torch_npu 6.0.rc1)
             res.call_stacks = writer.copy_query(
                 "call_stacks",
-                f"SELECT {sql_str(capture_id)} AS capture_id, c.id AS callchain_id, "
-                f"c.stackDepth AS depth, {stack} AS frame FROM s.PYTORCH_CALLCHAINS c",
+                f"SELECT {sql_str(capture_id)} AS capture_id, c.id AS callchain_id, c.stackDepth AS depth, "
+                "coalesce(jf.value, CAST(c.stack AS VARCHAR)) AS frame FROM s.PYTORCH_CALLCHAINS c "
+                "LEFT JOIN sid jf ON jf.id = TRY_CAST(c.stack AS BIGINT)",
                 partition)
         if pr.has("MSTX_EVENTS", "eventType"):
+            jm, m = _sid_join(pr, "MSTX_EVENTS", "message", "e", "jm")
             res.mstx = writer.copy_query(
                 "mstx_ranges",
-                f"SELECT {sql_str(capture_id)} AS capture_id, {_str(pr, 'MSTX_EVENTS', 'message', 'm')} AS message, "
-                "m.startNs AS start_ns, m.endNs AS end_ns, m.globalTid AS global_tid "
-                "FROM s.MSTX_EVENTS m WHERE m.eventType = 2", partition)
+                f"SELECT {sql_str(capture_id)} AS capture_id, {_v(m)} AS message, "
+                f"e.startNs AS start_ns, e.endNs AS end_ns, e.globalTid AS global_tid "
+                f"FROM s.MSTX_EVENTS e {jm} WHERE e.eventType = 2", partition)
     except TilakeError:
         raise
     except Exception as exc:  # duckdb errors on malformed pages or mismatched types
@@ -255,12 +262,14 @@ def _host_ops_table(con, pr: DbProbe) -> None:
                     "name VARCHAR, callchain_id BIGINT)")
         return
     where = f"WHERE p.type = {API_TYPE_OP}" if pr.has("PYTORCH_API", "type") else ""
-    a = _str(pr, "PYTORCH_API", "inputDtypes", "p")
-    b = _str(pr, "PYTORCH_API", "inputShapes", "p")
+    jn, n = _sid_join(pr, "PYTORCH_API", "name", "p", "jn")
+    jd, d = _sid_join(pr, "PYTORCH_API", "inputDtypes", "p", "jd")
+    js, sh = _sid_join(pr, "PYTORCH_API", "inputShapes", "p", "js")
+    da, sb = _v(d), _v(sh)
     shape_like = "regexp_matches({x}, '^[\\[\\]0-9,;\"\\s]+$')"
     # the real files swap the two columns' contents: decide per row by content
-    shapes = f"CASE WHEN {shape_like.format(x='da')} THEN da ELSE sb END"
-    dtypes = f"CASE WHEN {shape_like.format(x='da')} THEN sb ELSE da END"
+    shapes = f"CASE WHEN {shape_like.format(x=da)} THEN {da} ELSE {sb} END"
+    dtypes = f"CASE WHEN {shape_like.format(x=da)} THEN {sb} ELSE {da} END"
     cc = "NULLIF(p.callchainId, CAST(4294967295 AS BIGINT))" if pr.has("PYTORCH_API", "callchainId") else "NULL"
     seq = "p.sequenceNumber" if pr.has("PYTORCH_API", "sequenceNumber") else "NULL"
     conn = "NULLIF(p.connectionId, CAST(4294967295 AS BIGINT))"
@@ -268,12 +277,12 @@ def _host_ops_table(con, pr: DbProbe) -> None:
         CREATE OR REPLACE TEMP TABLE hops AS
         SELECT row_number() OVER (ORDER BY start_ns, global_tid, connection_id, name, end_ns) AS host_op_id, *
         FROM (
-          SELECT (SELECT value FROM sid WHERE sid.id = p.name) AS name,
+          SELECT {_v(n)} AS name,
                  TRY_CAST(p.startNs AS BIGINT) AS start_ns, TRY_CAST(p.endNs AS BIGINT) AS end_ns,
                  p.globalTid AS global_tid, {conn} AS connection_id, {seq} AS sequence_number,
                  {clean_text(shapes)} AS input_shapes, {clean_text(dtypes)} AS input_dtypes,
                  {cc} AS callchain_id
-          FROM (SELECT p.*, {a} AS da, {b} AS sb FROM s.PYTORCH_API p {where}) p
+          FROM s.PYTORCH_API p {jn} {jd} {js} {where}
         )""")
     # ACL-level records (aclnnMm …) carry no Python stack; torch_npu stores it on the enclosing
     # aten op of the same thread (reference §2.4): inherit the innermost enclosing op's callchain.
@@ -311,6 +320,7 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
     n = 0
     cid = sql_str(capture_id)
     has_cann = pr.has("CANN_API")
+    cann_val = "j_cann.value" if has_cann else "NULL"
     if pr.has("COMPUTE_TASK_INFO") and pr.has("TASK"):
         cti = {c: (f'c."{c}"' if pr.has("COMPUTE_TASK_INFO", c) else "NULL")
                for c in ("name", "opType", "taskType", "inputShapes", "inputDataTypes", "inputFormats",
@@ -325,7 +335,6 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
         base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
         cann_join = ("LEFT JOIN (SELECT connectionId, name FROM s.CANN_API) ca ON ca.connectionId = b.connectionId "
                      "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
-        cann_val = "j_cann.value" if has_cann else "NULL"
         # pass 1: the TASK ⋈ COMPUTE_TASK_INFO join alone, ids only, streamed to a private Parquet
         # file (one large hash table in memory at a time keeps big DBs inside the memory limit)
         joined = writer.staging / f"_task_join_{capture_id}.parquet"
@@ -363,22 +372,23 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
             joined.unlink(missing_ok=True)
     compute = n
     if pr.has("COMMUNICATION_OP"):
-        op_name = _str(pr, "COMMUNICATION_OP", "opName", "o")
-        op_type = _str(pr, "COMMUNICATION_OP", "opType", "o")
+        jn, nm = _sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn")
+        jt, ot = _sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt")
         dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"
-        cann = "(SELECT value FROM sid WHERE sid.id = ca.name)" if has_cann else "NULL"
-        cann_join_o = "LEFT JOIN s.CANN_API ca ON ca.connectionId = o.connectionId" if has_cann else ""
+        cann_join_o = ("LEFT JOIN s.CANN_API ca ON ca.connectionId = o.connectionId "
+                       "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
         sql = f"""
             SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,
                    NULL AS stream_id, NULL AS task_id, o.startNs AS start_ns, o.endNs AS end_ns,
-                   o.endNs - o.startNs AS dur_ns, {op_name} AS kernel_name,
-                   {op_type_or_derived(op_type, op_name)} AS op_type, {is_derived(op_type)} AS op_type_derived,
+                   o.endNs - o.startNs AS dur_ns, {_v(nm)} AS kernel_name,
+                   CASE WHEN {_v(ot, 'clean')} IS NULL THEN {_v(nm, 'derived')} ELSE {_v(ot)} END AS op_type,
+                   {_v(ot, 'clean')} IS NULL AS op_type_derived,
                    'COMMUNICATION' AS accelerator, 'HCCL' AS device_task_type, NULL AS block_dim,
                    NULL AS input_shapes, NULL AS input_dtypes, NULL AS input_formats,
                    NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
-                   NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann} AS cann_api_name,
+                   NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann_val} AS cann_api_name,
                    h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
-            FROM s.COMMUNICATION_OP o {cann_join_o}
+            FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
         n += writer.copy_query("kernels", sql, partition)
     return compute, n
