@@ -82,6 +82,17 @@ def _level(info: Dict) -> Optional[str]:
         return None
 
 
+def pt_dbs(pt_dir: Path) -> List[Path]:
+    """The ``ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler*.db`` files of an ``*_ascend_pt`` folder."""
+    out = pt_dir / "ASCEND_PROFILER_OUTPUT"
+    return sorted(out.glob("ascend_pytorch_profiler*.db")) if out.is_dir() else []
+
+
+def is_raw(pt_dir: Path) -> bool:
+    """Whether the folder holds raw profiler data (``FRAMEWORK/`` or ``PROF_*``), parsed or not."""
+    return (pt_dir / "FRAMEWORK").is_dir() or any(p.is_dir() for p in pt_dir.glob("PROF_*"))
+
+
 def classify_pt_dir(pt_dir: Path, side: str) -> List[Capture]:
     """Classify one ``*_ascend_pt`` folder into captures (one per DB file found in it)."""
     out_dir = pt_dir / "ASCEND_PROFILER_OUTPUT"
@@ -89,7 +100,7 @@ def classify_pt_dir(pt_dir: Path, side: str) -> List[Capture]:
     level = _level(info)
     rank_default = info.get("_rank_from_name")
     text_dir = out_dir if out_dir.is_dir() and any((out_dir / f).exists() for f in TEXT_FILES) else None
-    dbs = sorted(p for p in out_dir.glob("ascend_pytorch_profiler*.db")) if out_dir.is_dir() else []
+    dbs = pt_dbs(pt_dir)
     caps = []
     for db in dbs:
         m = _DB_RE.match(db.name)
@@ -100,8 +111,7 @@ def classify_pt_dir(pt_dir: Path, side: str) -> List[Capture]:
     rank = rank_default or 0
     if text_dir is not None:
         return [Capture(side, rank, "text", text_dir, pt_dir, text_dir, level, info)]
-    has_raw = (pt_dir / "FRAMEWORK").is_dir() or any(p.is_dir() for p in pt_dir.glob("PROF_*"))
-    return [Capture(side, rank, "raw" if has_raw else "empty", pt_dir, pt_dir, None, level, info)]
+    return [Capture(side, rank, "raw" if is_raw(pt_dir) else "empty", pt_dir, pt_dir, None, level, info)]
 
 
 def discover(root: Path) -> List[Capture]:

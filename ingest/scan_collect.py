@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from rich.console import Console
 
 from .npu_seam import NpuProbe, NpuSeam
+from .profiler_discover import is_raw, pt_dbs
 
 STAGE3_FILE = "tilake_scan_stage3.json"
 FORMAT = "tilake-scan-stage3/1"
@@ -79,11 +80,6 @@ def compute_task_rows(db: Path) -> Tuple[Optional[int], str]:
         return None, f"not readable as SQLite: {exc}"
 
 
-def _dbs(pt_dir: Path) -> List[Path]:
-    out = pt_dir / "ASCEND_PROFILER_OUTPUT"
-    return sorted(out.glob("ascend_pytorch_profiler*.db")) if out.is_dir() else []
-
-
 def _csv_with_rows(pt_dir: Path, names: Sequence[str]) -> Optional[Path]:
     """The first of ``names`` in ``ASCEND_PROFILER_OUTPUT`` that has a header and at least one row."""
     out = pt_dir / "ASCEND_PROFILER_OUTPUT"
@@ -105,10 +101,6 @@ def _host_csv(pt_dir: Path) -> Optional[Path]:
 def _device_csv(pt_dir: Path) -> Optional[Path]:
     """``kernel_details.csv`` / ``op_statistic.csv`` with rows: device-side rows in text form."""
     return _csv_with_rows(pt_dir, DEVICE_CSVS)
-
-
-def _is_raw(pt_dir: Path) -> bool:
-    return (pt_dir / "FRAMEWORK").is_dir() or any(p.is_dir() for p in pt_dir.glob("PROF_*"))
 
 
 @dataclass
@@ -224,7 +216,7 @@ def _scan_warnings(st: Stage3, log: Optional[str]) -> None:
 
 
 def _check_db(st: Stage3, side: str, pt: Path, root: Path, after: str) -> Tuple[Optional[Path], Optional[int], str]:
-    dbs = _dbs(pt)
+    dbs = pt_dbs(pt)
     if not dbs:
         st.op(side, _rel(pt, root), f"look for ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler*.db {after}",
               "missing")
@@ -305,12 +297,12 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
     if n:
         st.op(side, rel, "analyse()", "skipped", "already parsed during the run")
         return SourceState(side, rel, "device", _rel(db, root), n, label="device")
-    if db is None and not _is_raw(pt) and _host_csv(pt) is None:
+    if db is None and not is_raw(pt) and _host_csv(pt) is None:
         st.op(side, rel, "inspect folder", "failed", "empty *_ascend_pt folder (no DB, CSV, FRAMEWORK/ or PROF_*)")
         return SourceState(side, rel, "failed", note="empty folder", label="evidence_missing")
     logs = root / "tilake_scan_logs"
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", rel)
-    if db is None and run_analyse and _is_raw(pt):
+    if db is None and run_analyse and is_raw(pt):
         res = _analyse(seam, pt, None, logs / f"analyse_{safe}.log", env, console)
         _scan_warnings(st, res.log_path)
         st.op(side, rel, f"analyse('{rel}')", "ok" if res.ok else "failed", res.error or "", log=res.log_path)
@@ -333,7 +325,7 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
                 if n:
                     return SourceState(side, rel, "device", _rel(db, root), n, fallback="export_type_db",
                                        label="device")
-    elif db is None and not run_analyse and _is_raw(pt):
+    elif db is None and not run_analyse and is_raw(pt):
         st.op(side, rel, "analyse()", "skipped", "recorded output is not modified (--from-output); run "
               f"torch_npu.profiler.profiler.analyse('{pt}') on the Ascend host")
     why = ("DB present but COMPUTE_TASK_INFO is empty" if db is not None and n == 0
