@@ -63,7 +63,6 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     """
     from dbt.cli.main import dbtRunner
 
-    lake.ensure()
     dbt_dir = lake.root / ".dbt"
     args = [command, "--project-dir", str(PROJECT_DIR), "--profiles-dir", str(PROJECT_DIR),
             "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
@@ -82,6 +81,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
               if progress and console.is_terminal else contextlib.nullcontext())
     with ctx, status, _env(TILAKE_LAKE=str(lake.root), DBT_SEND_ANONYMOUS_USAGE_STATS="false",
                            DO_NOT_TRACK="1"):
+        lake.ensure()   # under the writer lock: may migrate old partitions (see Lake.ensure)
         res = dbtRunner().invoke(args)
     if res.exception is not None:
         raise TilakeError(f"dbt {command} could not run: {res.exception}", path=PROJECT_DIR)

@@ -6,7 +6,8 @@ that fixes the schema (so dbt sources resolve on an empty lake). The partition c
 also stored inside every file; readers use ``hive_partitioning=false``.
 
 Units: every time is integer nanoseconds (``*_ns``), sizes are bytes.
-Adding a column: append it here; ``union_by_name`` keeps old partitions readable.
+Adding a column: append it here; ``Lake.ensure`` rewrites older partitions with the column as NULL
+(the dbt sources read with ``union_by_name=false`` and need every file to carry every column).
 """
 from __future__ import annotations
 
