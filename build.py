@@ -9,6 +9,8 @@ for the profile and the sources. Plain ``dbt build`` from a shell works too::
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -17,6 +19,40 @@ from .ingest.errors import TilakeError
 from .ingest.lake import Lake
 
 PROJECT_DIR = Path(__file__).resolve().parent / "dbt_project"
+_FINGERPRINTED = ("models", "macros", "seeds", "dbt_project.yml")
+
+
+def project_fingerprint() -> str:
+    """sha256 (hex) over the dbt project's models, macros, seeds and ``dbt_project.yml`` (paths + bytes)."""
+    h = hashlib.sha256()
+    for top in _FINGERPRINTED:
+        p = PROJECT_DIR / top
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+        for f in files:
+            h.update(f.relative_to(PROJECT_DIR).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def warehouse_project_sha(warehouse: Path) -> Optional[str]:
+    """The project fingerprint recorded in ``warehouse`` by its last whole-project build without errors.
+
+    Returns None when the warehouse does not exist; ``""`` when it has no record (built by an older
+    tilake, by a plain ``dbt build`` without the var, or a build that failed).
+    """
+    if not warehouse.exists():
+        return None
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(warehouse), read_only=True)
+    except duckdb.Error:
+        return ""
+    try:
+        return con.execute("select project_sha256 from main.tilake_project_state").fetchone()[0] or ""
+    except duckdb.Error:
+        return ""
+    finally:
+        con.close()
 
 
 @contextlib.contextmanager
@@ -39,6 +75,8 @@ class BuildResult:
     Attributes:
         success: dbt's own verdict. nodes: list of (node name, resource type, status, message).
         failures: the nodes whose status is error/fail. warnings: nodes with status warn.
+        full_refresh: whether incremental models were rebuilt from scratch (asked, or chosen by
+        :func:`dbt_build` because the project changed).
     """
 
     def __init__(self, success: bool, nodes: List[tuple]) -> None:
@@ -46,6 +84,7 @@ class BuildResult:
         self.nodes = nodes
         self.failures = [n for n in nodes if n[2] in ("error", "fail", "runtime error")]
         self.warnings = [n for n in nodes if n[2] == "warn"]
+        self.full_refresh = False
 
 
 def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]] = None,
@@ -57,7 +96,10 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         lake: the lake (its warehouse.duckdb is written; the writer lock is held).
         command: dbt sub-command (build, run, test, seed).
         select: optional ``--select`` arguments.
-        full_refresh: rebuild incremental models from scratch.
+        full_refresh: rebuild incremental models from scratch. Also chosen automatically for a whole
+            project build (no ``select``) when the warehouse was built by another version of the dbt
+            project (:func:`project_fingerprint` differs from the recorded one): incremental tables
+            must not keep rows computed by old models or seeds.
     Raises:
         TilakeError: dbt could not start (bad project or profile); LakeBusyError.
     """
@@ -70,8 +112,8 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
             ]
     if select:
         args += ["--select", *select]
-    if full_refresh:
-        args.append("--full-refresh")
+    sha = project_fingerprint()
+    args += ["--vars", json.dumps({"tilake_project_sha": sha})]
     args += list(extra or [])
     ctx = lake.locked() if hold_lock else contextlib.nullcontext()
     from rich.console import Console
@@ -82,6 +124,15 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     with ctx, status, _env(TILAKE_LAKE=str(lake.root), DBT_SEND_ANONYMOUS_USAGE_STATS="false",
                            DO_NOT_TRACK="1"):
         lake.ensure()   # under the writer lock: may migrate old partitions (see Lake.ensure)
+        auto_refresh = False
+        if not full_refresh and not select and command in ("build", "run"):
+            recorded = warehouse_project_sha(lake.warehouse)
+            auto_refresh = recorded is not None and recorded != sha
+            if auto_refresh:
+                console.print("[yellow]the dbt project changed since this warehouse was built "
+                              "(tilake upgraded or seeds edited): full refresh[/yellow]")
+        if full_refresh or auto_refresh:
+            args.append("--full-refresh")
         res = dbtRunner().invoke(args)
     if res.exception is not None:
         raise TilakeError(f"dbt {command} could not run: {res.exception}", path=PROJECT_DIR)
@@ -90,4 +141,6 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         node = getattr(r, "node", None)
         nodes.append((getattr(node, "name", "?"), getattr(node, "resource_type", "?"),
                       str(getattr(r, "status", "")).lower(), getattr(r, "message", None) or ""))
-    return BuildResult(bool(res.success), nodes)
+    out = BuildResult(bool(res.success), nodes)
+    out.full_refresh = bool(full_refresh or auto_refresh)
+    return out

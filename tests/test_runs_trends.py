@@ -226,19 +226,28 @@ def test_every_raw_file_carries_the_full_table_schema(lake):
         assert want <= have, (f, sorted(want - have))
 
 
-def test_incremental_equals_full_refresh_row_for_row(lake):
+def test_incremental_equals_full_refresh_row_for_row(lake, monkeypatch):
     # every table dbt materialised (trend, change, per-run foundation and dump marts, incremental
     # intermediates, seeds), after incremental builds, equals a full refresh
     tables = [r[0] for r in mart(lake.root, "select table_name from information_schema.tables "
-                                            "where table_type = 'BASE TABLE' order by 1")]
+                                            "where table_type = 'BASE TABLE' and table_name <> 'tilake_project_state' "
+                                            "order by 1")]
     assert {"fct_op_comparison", "fct_side_ops", "fct_op_call_stacks", "dim_runs"} <= set(tables)
     before = {t: _snapshot(lake, t) for t in tables}
     assert all(before[t][1] for t in INCREMENTAL + ["fct_change_kernels", "fct_run_registry", "fct_op_comparison"])
-    res = build_swapped(lake, full_refresh=True)
+    from tilake import build as build_mod
+    assert mart(lake.root, "select project_sha256 from tilake_project_state")[0][0] == build_mod.project_fingerprint()
+    # a changed dbt project (tilake upgrade, edited seeds) makes `tilake build` refresh by itself
+    monkeypatch.setattr(build_mod, "project_fingerprint", lambda: "a-changed-project")
+    res = build_swapped(lake)
     assert res.success, res.failures
+    assert res.full_refresh
+    assert mart(lake.root, "select project_sha256 from tilake_project_state")[0][0] == "a-changed-project"
     after = {t: _snapshot(lake, t) for t in before}
     for t in before:
-        assert before[t] == after[t], t
+        assert before[t][0] == after[t][0], t
+        assert before[t][1] == after[t][1], (t, "incremental only:", sorted(set(before[t][1]) - set(after[t][1]), key=repr)[:3],
+                                             "full refresh only:", sorted(set(after[t][1]) - set(before[t][1]), key=repr)[:3])
 
 
 def test_trend_red_rows_by_family_and_tool_version(lake):

@@ -16,7 +16,7 @@ from . import maps as M
 from . import outputs as O
 from .outputs import UNKNOWN
 
-DUMP_MODELS = ["stg_lake_dumps__dump_runs", "stg_lake_dumps__tensor_stats", "stg_lake_dumps__boundary_results",
+DUMP_MODELS = ["stg_lake__runs", "int_runs_versioned", "stg_lake_dumps__dump_runs", "stg_lake_dumps__tensor_stats", "stg_lake_dumps__boundary_results",
                "stg_lake_dumps__stub_rounds", "int_boundaries_ordered", "fct_boundary_diffs",
                "int_boundary_inputs_joined", "fct_difference_points", "fct_dump_tensor_stats"]
 

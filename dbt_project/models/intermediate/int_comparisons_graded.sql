@@ -20,7 +20,7 @@ per_side as (
     group by run_id, display_module, side
 ),
 side_equivs as (
-    select run_id, side, list(distinct equiv_class) filter (where equiv_class is not null) as all_equivs
+    select run_id, side, list_sort(list(distinct equiv_class) filter (where equiv_class is not null)) as all_equivs
     from ops group by run_id, side
 ),
 modules as (

@@ -2,8 +2,13 @@
 -- The fused join: an unfused op X on side B moves into module M when the other side A runs a fused
 -- kernel F in M whose `replaces` sequence names X's base op, and B has no kernel of F's fusion
 -- scope in M (e.g. train Add joins the residual+norm row against inference AddRmsNormBias).
-with ops as (
-    select * from {{ ref('int_side_ops_aggregated') }}
+-- A table, incremental by run: the report marts read it, and only new/re-ingested runs are joined.
+{{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }},
+{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+ops as (
+    select a.*, todo.registered_at from {{ ref('int_side_ops_aggregated') }} a
+    join todo using (run_id)
+    where {{ tilake_run_filter('a.run_id', due) }}
 ),
 fused as (
     select run_id, side, op_type as fused_op, module, fusion_scope,

@@ -2,8 +2,9 @@
 -- with rank coverage (ranks with usable captures vs all ranks seen) and the reasons otherwise.
 with sides as (
     select r.run_id, s.side
-    from {{ ref('stg_lake__runs') }} r
+    from {{ ref('int_runs_versioned') }} r
     cross join (values ('train'), ('infer')) s(side)
+    where r.has_profile
 ),
 caps as (
     select run_id, side,
@@ -12,10 +13,10 @@ caps as (
            bool_or(status = 'ok') as any_device,
            bool_or(status = 'host_fallback') as any_host_fallback,
            list_sort(list(distinct rank) filter (where status not in ('ok', 'host_fallback'))) as ranks_missing,
-           string_agg(distinct status || ': ' || reason, ' | ') filter (where status not in ('ok')) as reasons,
+           string_agg(distinct status || ': ' || reason, ' | ' order by status || ': ' || reason) filter (where status not in ('ok')) as reasons,
            count(*) as captures,
            bool_or(coalesce(truncated, false)) as any_truncated,
-           string_agg(distinct profiler_level, ',') as profiler_levels
+           string_agg(distinct profiler_level, ',' order by profiler_level) as profiler_levels
     from {{ ref('int_captures_collected') }}
     group by run_id, side
 )

@@ -1,7 +1,10 @@
 -- one row per run × round × compared activation boundary: exact gate, ULP figures, first divergence,
--- amplification relative to the round's first divergence
-with ordered as (
+-- amplification relative to the round's first divergence. Incremental by dump run.
+{{ tilake_per_run_incremental('dumps_registered_at', 'has_dumps') }},
+{%- set due = tilake_todo_run_ids('dumps_registered_at', 'has_dumps') %}
+ordered as (
     select * from {{ ref('int_boundaries_ordered') }}
+    where {{ tilake_run_filter('run_id', due) }} and run_id in (select run_id from todo)
 ),
 
 first_div as (
@@ -22,6 +25,7 @@ base as (
 
 select
     o.run_id,
+    todo.registered_at,
     o.round,
     o.position,
     o.boundary,
@@ -58,5 +62,6 @@ select
     case when o.position >= f.first_divergence_position and b.first_max_abs_diff > 0
          then o.max_abs_diff / b.first_max_abs_diff end as growth_vs_first
 from ordered o
+join todo on todo.run_id = o.run_id
 left join first_div f on f.run_id = o.run_id and f.round = o.round
 left join base b on b.run_id = o.run_id and b.round = o.round

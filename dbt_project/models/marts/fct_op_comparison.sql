@@ -1,6 +1,10 @@
 -- grain: run × comparison module. The core train-vs-infer table of the operator diff report.
-with c as (
+-- Incremental by run: grades only new or re-ingested runs (macros/trends_incremental.sql).
+{{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }},
+{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+c as (
     select * from {{ ref('int_comparisons_graded') }}
+    where {{ tilake_run_filter('run_id', due) }} and run_id in (select run_id from todo)
 ),
 ev as (
     select run_id,
@@ -9,6 +13,7 @@ ev as (
            max(reasons) filter (where side = 'train') as train_reasons,
            max(reasons) filter (where side = 'infer') as infer_reasons
     from {{ ref('int_sides_evidenced') }}
+    where {{ tilake_run_filter('run_id', due) }} and run_id in (select run_id from todo)
     group by run_id
 ),
 notes as (
@@ -17,7 +22,8 @@ notes as (
            max(function_name) filter (where side = 'train') as train_code_function,
            max(path) filter (where side = 'infer') as infer_code_path,
            max(function_name) filter (where side = 'infer') as infer_code_function
-    from {{ ref('stg_lake__source_notes') }}
+    from {{ tilake_staged('source_notes', due) }}
+    where run_id in (select run_id from todo)
     group by run_id, module
 ),
 stack_paths as (
@@ -28,6 +34,7 @@ stack_paths as (
     from {{ ref('fct_op_call_stacks') }} s
     join {{ ref('int_side_ops_fused_joined') }} o
       on o.run_id = s.run_id and o.side = s.side and o.op_type = s.op_type
+    where {{ tilake_run_filter('s.run_id', due) }} and s.run_id in (select run_id from todo)
     qualify row_number() over (partition by s.run_id, s.side, o.display_module order by o.calls desc, s.op_type) = 1
 ),
 graded as (
@@ -45,6 +52,7 @@ graded as (
 )
 select
     g.run_id,
+    todo.registered_at,
     g.module,
     m.label_zh as module_label_zh,
     m.label_en as module_label_en,
@@ -91,6 +99,7 @@ select
     coalesce(rm.action_zh, rd.action_zh) as action_zh,
     coalesce(rm.action_en, rd.action_en) as action_en
 from graded g
+join todo on todo.run_id = g.run_id
 left join {{ ref('grading_rules') }} r on r.rule_id = g.final_rule
 left join {{ ref('grades') }} gr on gr.grade = coalesce(r.grade, 'evidence_missing')
 left join {{ ref('modules') }} m on m.module = g.module

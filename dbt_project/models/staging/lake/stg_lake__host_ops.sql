@@ -1,5 +1,3 @@
-select
-    run_id, side, rank, capture_id, source_kind, host_op_id, name as host_op_name, start_ns, end_ns,
-    global_tid, connection_id, sequence_number, input_shapes, input_dtypes, callchain_id,
-    kernel_count, coalesce(call_count, 1) as call_count
-from {{ source('lake', 'host_ops') }}
+-- staging view of raw `host_ops`; the SELECT lives in macros/staging_lake.sql so incremental models can
+-- apply it to the files of just the runs they rebuild (macros/lake_scan.sql)
+{{ tilake_stage_select('host_ops', source('lake', 'host_ops')) }}
