@@ -124,3 +124,22 @@ def test_text_exports_ingest(shared_dir, tmp_path, level):
         shapes = raw(lake.root, "kernels", "kernel_name = 'trans_TransData_0'").aggregate(
             "any_value(input_shapes)").fetchone()[0]
         assert shapes == "32,3,224,224"
+
+
+def test_kernels_joined_in_ranges_equal_one_join(fixture_lake, shared_dir, tmp_path, monkeypatch):
+    """Large DBs join TASK ⋈ COMPUTE_TASK_INFO in globalTaskId ranges (KERNEL_CHUNK_ROWS per range);
+    forcing 40-row ranges on a real level-2 DB yields exactly the rows of the one-range ingest."""
+    from tilake.ingest import profiler_db
+
+    lake, _, _ = fixture_lake
+    monkeypatch.setattr(profiler_db, "KERNEL_CHUNK_ROWS", 40)
+    small = Lake(tmp_path / "lake")
+    caps = explicit(shared_dir / FIXTURE_DB / "level2", "train")
+    ingest_profile(small, "fx-level2", caps, allow_missing=True, progress=False)
+    files = list((small.raw / "kernels" / "run_id=fx-level2").rglob("*.parquet"))
+    assert len(files) >= 2 * 4            # two ranks, several ranges each (plus HCCL ops)
+    cols = ("rank, global_task_id, kernel_name, op_type, start_ns, dur_ns, block_dim, input_shapes, "
+            "connection_id, cann_api_name, host_op_id, host_op_name, callchain_id")
+    got = sorted(raw(small.root, "kernels", "run_id = 'fx-level2'").project(cols).fetchall(), key=repr)
+    want = sorted(raw(lake.root, "kernels", "run_id = 'fx-level2'").project(cols).fetchall(), key=repr)
+    assert len(got) == 382 and got == want
