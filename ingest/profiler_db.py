@@ -320,27 +320,42 @@ def _parallel_copy(con, queries: Dict[str, str], folder: Path) -> Dict[str, Path
     DuckDB's SQLite scanner reads one table on about one core (measured: a bare ``COPY`` of TASK then
     COMPUTE_TASK_INFO used 19 CPU-s in 18.7 s wall), so dumping the tables side by side uses the
     other cores. The cursors share the database instance (the attached SQLite file ``s``, settings).
-    Raises the first error of any thread.
+
+    Raises:
+        the first error of any thread; TilakeError on Ctrl-C (the scans are interrupted first).
     """
     import threading
 
     out = {k: folder / f"{k}.parquet" for k in queries}
     errors: List[BaseException] = []
+    cursors = {k: con.cursor() for k in queries}
 
     def run(key: str) -> None:
-        cur = con.cursor()
         try:
-            cur.execute(f"COPY ({queries[key]}) TO {sql_str(out[key])} (FORMAT parquet, COMPRESSION uncompressed)")
+            cursors[key].execute(f"COPY ({queries[key]}) TO {sql_str(out[key])} "
+                                 "(FORMAT parquet, COMPRESSION uncompressed)")
         except BaseException as exc:  # re-raised in the caller's thread
             errors.append(exc)
-        finally:
-            cur.close()
 
     threads = [threading.Thread(target=run, args=(k,), name=f"tilake-dump-{k}") for k in queries]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except BaseException as exc:
+        # Ctrl-C (or any error) in the caller: stop the other scans before the staging folder goes
+        for cur in cursors.values():
+            cur.interrupt()
+        for t in threads:
+            t.join()
+        if isinstance(exc, KeyboardInterrupt):
+            raise TilakeError("interrupted by the user; the lake is unchanged") from exc
+        raise
+    finally:
+        for cur in cursors.values():
+            cur.close()
     if errors:
         raise errors[0]
     return out
