@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -31,6 +32,58 @@ def project_fingerprint() -> str:
         for f in files:
             h.update(f.relative_to(PROJECT_DIR).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+_SAFE_PATH = re.compile(r"^[\w./ @%+=,:~-]+$")
+
+
+def dbt_lake_root(root: Path) -> Path:
+    """The lake root as handed to dbt (``TILAKE_LAKE``, profile path, source globs).
+
+    dbt renders the profile with Jinja, dbt-duckdb fills ``external_location`` with ``str.format``,
+    and DuckDB reads the source path as a glob inside a SQL string, so ``'``, ``{}``, ``[]``, ``*``,
+    ``?`` or ``\\`` in the path break the build or, worse, make a glob match another folder
+    (``/data/z[12]`` reads ``/data/z1``). Such a root is handed over as a symlink
+    ``~/.cache/tilake/lake-links/<sha256 of the path, 16 hex>`` (``$XDG_CACHE_HOME`` honoured;
+    the system temp folder if that path is itself unsafe); the link stays, so the staging views
+    in the warehouse keep resolving. A safe path is returned unchanged.
+
+    Raises:
+        TilakeError: no safe folder for the link exists.
+    """
+    text = str(root)
+    if _SAFE_PATH.match(text):
+        return root
+    import tempfile
+    import uuid
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilake" / "lake-links"
+    for base in (cache, Path(tempfile.gettempdir()) / "tilake-lake-links"):
+        if not _SAFE_PATH.match(str(base)):
+            continue
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            link = base / hashlib.sha256(text.encode()).hexdigest()[:16]
+            if not (link.is_symlink() and os.readlink(link) == text):
+                tmp = base / f".{link.name}.{uuid.uuid4().hex}"
+                os.symlink(text, tmp)
+                os.replace(tmp, link)
+            return link
+        except OSError:
+            continue
+    raise TilakeError("the lake path has characters dbt/DuckDB cannot take in a path (' { } [ ] * ? \\) "
+                      "and no folder for a safe link could be made", path=root,
+                      hint="use a lake folder without those characters")
+
+
+def with_ancestors(select: Sequence[str]) -> List[str]:
+    """dbt selectors with their ancestors (``fct_x`` → ``+fct_x``; ``+x``, ``@x``, ``2+x`` kept).
+
+    The per-run marts are incremental tables fed by other incremental tables and by
+    ``int_runs_versioned`` (which runs are due): building a mart without its ancestors after an
+    ingest would recompute it from stale upstream tables (or not at all) and report success.
+    """
+    return [s if s[:1] in ("+", "@") or s[:1].isdigit() else "+" + s for s in select]
 
 
 def warehouse_project_sha(warehouse: Path) -> Optional[str]:
@@ -95,7 +148,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     Args:
         lake: the lake (its warehouse.duckdb is written; the writer lock is held).
         command: dbt sub-command (build, run, test, seed).
-        select: optional ``--select`` arguments.
+        select: optional ``--select`` arguments; each also selects its ancestors (:func:`with_ancestors`).
         full_refresh: rebuild incremental models from scratch. Also chosen automatically for a whole
             project build (no ``select``) when the warehouse was built by another version of the dbt
             project (:func:`project_fingerprint` differs from the recorded one): incremental tables
@@ -111,7 +164,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
             "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"
             ]
     if select:
-        args += ["--select", *select]
+        args += ["--select", *with_ancestors(select)]
     sha = project_fingerprint()
     args += ["--vars", json.dumps({"tilake_project_sha": sha})]
     args += list(extra or [])
@@ -121,7 +174,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     console = Console(stderr=True)
     status = (console.status(f"dbt {command}: seeds, models and tests of {lake.root.name} …")
               if progress and console.is_terminal else contextlib.nullcontext())
-    with ctx, status, _env(TILAKE_LAKE=str(lake.root), DBT_SEND_ANONYMOUS_USAGE_STATS="false",
+    with ctx, status, _env(TILAKE_LAKE=str(dbt_lake_root(lake.root)), DBT_SEND_ANONYMOUS_USAGE_STATS="false",
                            DO_NOT_TRACK="1"):
         lake.ensure()   # under the writer lock: may migrate old partitions (see Lake.ensure)
         auto_refresh = False
@@ -129,8 +182,10 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
             recorded = warehouse_project_sha(lake.warehouse)
             auto_refresh = recorded is not None and recorded != sha
             if auto_refresh:
-                console.print("[yellow]the dbt project changed since this warehouse was built "
-                              "(tilake upgraded or seeds edited): full refresh[/yellow]")
+                why = ("the dbt project changed since this warehouse was built (tilake upgraded or seeds edited)"
+                       if recorded else "this warehouse has no record of the dbt project that built it "
+                       "(plain dbt, a partial build or an older tilake)")
+                console.print(f"[yellow]{why}: full refresh[/yellow]")
         if full_refresh or auto_refresh:
             args.append("--full-refresh")
         res = dbtRunner().invoke(args)

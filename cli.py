@@ -153,7 +153,7 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_
 
 
 @main.command()
-@click.option("--select", "select", multiple=True, help="dbt --select (repeatable).")
+@click.option("--select", "select", multiple=True, help="dbt --select (repeatable); each model is built with its ancestors (+MODEL) so incremental marts never read stale tables.")
 @click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
 @LAKE_OPTION
 def build(select, full_refresh, lake_path):

@@ -27,6 +27,8 @@ from .duck import connect, sql_str
 from .errors import LakeBusyError, TilakeError
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+TMP_SUFFIX = ".parquet-partial"
+"""Suffix of files being written inside ``raw/`` (never matched by ``**/*.parquet`` globs)."""
 DEFAULT_LAKE = "./tilake-lake"
 
 
@@ -71,8 +73,8 @@ class Lake:
         the other files' columns by name, casts types, ignores extra columns, and fails on a
         missing one). When the schema file shows that a table gained columns since the lake was
         written, every file of the table lacking a column is rewritten with the column as NULL
-        (temp file + ``os.replace`` per file), then the schema file; an interrupted migration is
-        resumed by the next call. Call it holding the writer lock (ingest and build do).
+        (temp file ``.tmp-*.parquet-partial`` + ``os.replace`` per file), then the schema file; an
+        interrupted migration is resumed by the next call, which first deletes any temp file left. Call it holding the writer lock (ingest and build do).
 
         Raises:
             TilakeError: the lake path is a file.
@@ -80,6 +82,9 @@ class Lake:
         if self.root.exists() and not self.root.is_dir():
             raise TilakeError("lake path exists and is not a folder", path=self.root)
         self.raw.mkdir(parents=True, exist_ok=True)
+        for stale in self.raw.glob("*/**/.tmp-*"):   # a killed migration's half-written file
+            if stale.is_file():
+                stale.unlink()
         con = None
         for table in schema.TABLES:
             want = [c for c, _t in schema.TABLES[table]]
@@ -92,7 +97,7 @@ class Lake:
             empty.parent.mkdir(parents=True, exist_ok=True)
             con = con or connect()
             self._migrate_table(con, table)
-            tmp = empty.with_name(f".tmp-{uuid.uuid4().hex}.parquet")
+            tmp = empty.with_name(f".tmp-{uuid.uuid4().hex}{TMP_SUFFIX}")
             cols = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in schema.TABLES[table])
             con.execute(f"COPY (SELECT {cols} WHERE false) TO {sql_str(tmp)} (FORMAT parquet)")
             os.replace(tmp, empty)
@@ -108,12 +113,15 @@ class Lake:
         cols = schema.TABLES[table]
         n = 0
         for f in sorted((self.raw / table).glob("run_id=*/**/*.parquet")):
+            if f.name.startswith("."):
+                continue
             have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_str(f)})").fetchall()}
             missing = [(c, t) for c, t in cols if c not in have]
             if not missing:
                 continue
             add = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in missing)
-            tmp = f.with_name(f".tmp-{uuid.uuid4().hex}.parquet")
+            # the temp name does not end in .parquet: no reader glob can pick it up if we are killed
+            tmp = f.with_name(f".tmp-{uuid.uuid4().hex}{TMP_SUFFIX}")
             con.execute(f"COPY (SELECT *, {add} FROM read_parquet({sql_str(f)})) TO {sql_str(tmp)} "
                         "(FORMAT parquet, COMPRESSION zstd)")
             os.replace(tmp, f)

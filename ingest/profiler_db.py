@@ -240,7 +240,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
     except TilakeError:
         raise
     except Exception as exc:  # duckdb errors on malformed pages or mismatched types
-        if type(exc).__name__ == "InterruptException":
+        if type(exc).__name__ == "InterruptException" or str(exc).startswith("Query interrupted"):
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
         raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=db) from exc
     finally:
@@ -459,7 +459,9 @@ def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -
         jn, nm = _sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn")
         jt, ot = _sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt")
         dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"
+        # 4294967295 means "no connection": never join it (the compute path bounds ids the same way)
         cann_join_o = ("LEFT JOIN s.CANN_API ca ON ca.connectionId = o.connectionId "
+                       f"AND o.connectionId <> CAST({INVALID} AS BIGINT) "
                        "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
         sql = f"""
             SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,

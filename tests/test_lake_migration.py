@@ -34,3 +34,23 @@ def test_old_partition_gains_missing_columns_and_keeps_rows(tmp_path, monkeypatc
     # idempotent: nothing left to migrate
     assert lake._migrate_table(duckdb.connect(), "runs") == 0
 
+
+
+def test_killed_migration_leaves_nothing_readers_would_count(tmp_path, monkeypatch):
+    """A migration killed between COPY and os.replace leaves a hidden temp file; the next ensure()
+    deletes it (it would otherwise be read as a second copy of the partition, or fail as truncated)."""
+    lake = Lake(tmp_path / "lake")
+    lake.ensure()
+    part = lake.raw / "runs" / "run_id=old" / "part-0.parquet"
+    part.parent.mkdir(parents=True)
+    duckdb.sql(f"COPY (SELECT 'old' AS run_id, TIMESTAMP '2026-01-02' AS created_at) TO '{part}' (FORMAT parquet)")
+    complete = part.with_name(".tmp-0123.parquet")          # complete copy (name used before the fix)
+    duckdb.sql(f"COPY (SELECT * FROM read_parquet('{part}')) TO '{complete}' (FORMAT parquet)")
+    truncated = part.with_name(".tmp-4567.parquet-partial")  # half-written file
+    truncated.write_bytes(b"PAR1" + b"\0" * 100)
+    monkeypatch.setitem(schema.TABLES, "runs", schema.TABLES["runs"] + [("new_col", "DOUBLE")])
+    lake.ensure()
+    assert sorted(p.name for p in part.parent.iterdir()) == ["part-0.parquet"]
+    glob = lake.raw / "runs" / "**" / "*.parquet"
+    assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{glob}', hive_partitioning=false, "
+                      "union_by_name=false)").fetchone()[0] == 1

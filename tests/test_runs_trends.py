@@ -356,3 +356,18 @@ def test_runs_rm_removes_partitions_and_rebuilds(lake):
     assert mart(lake.root, "select count(*) from fct_run_op_kernels where run_id = 'q3'")[0][0] > 0
     r = CliRunner().invoke(main, ["runs", "rm", "l2", "--lake", str(lake.root)])
     assert r.exit_code == 2 and "no run 'l2' in this lake" in r.output
+
+
+def test_select_builds_ancestors_so_a_reingested_run_is_fresh(lake):
+    """`tilake build --select fct_op_comparison` after a re-ingest: the mart shows the new content
+    (its incremental ancestors and the run registry are built too, see build.with_ancestors)."""
+    from tilake.build import with_ancestors
+    assert with_ancestors(["fct_op_comparison", "+dim_runs", "@fct_side_ops", "2+fct_x"]) == \
+        ["+fct_op_comparison", "+dim_runs", "@fct_side_ops", "2+fct_x"]
+    before = mart(lake.root, "select infer_ops from fct_op_comparison where run_id = 'q3' and module = 'attention'")
+    assert "FusedInferAttentionScore" not in before[0][0]            # q3 ran attention unfused
+    _ingest(lake, lake.tmp / "cap2", "q3", "qwen3", 3, "0.9.1")         # same id, stock population
+    r = CliRunner().invoke(main, ["build", "--lake", str(lake.root), "--select", "fct_op_comparison"])
+    assert r.exit_code == 0, r.output
+    after = mart(lake.root, "select infer_ops from fct_op_comparison where run_id = 'q3' and module = 'attention'")
+    assert after[0][0] == ["FusedInferAttentionScore"]
