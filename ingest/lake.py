@@ -74,7 +74,8 @@ class Lake:
         missing one). When the schema file shows that a table gained columns since the lake was
         written, every file of the table lacking a column is rewritten with the column as NULL
         (temp file ``.tmp-*.parquet-partial`` + ``os.replace`` per file), then the schema file; an
-        interrupted migration is resumed by the next call, which first deletes any temp file left. Call it holding the writer lock (ingest and build do).
+        interrupted migration leaves the schema file stale, so the next call resumes it, first
+        deleting any temp file left. Call it holding the writer lock (ingest and build do).
 
         Raises:
             TilakeError: the lake path is a file.
@@ -82,9 +83,6 @@ class Lake:
         if self.root.exists() and not self.root.is_dir():
             raise TilakeError("lake path exists and is not a folder", path=self.root)
         self.raw.mkdir(parents=True, exist_ok=True)
-        for stale in self.raw.glob("*/**/.tmp-*"):   # a killed migration's half-written file
-            if stale.is_file():
-                stale.unlink()
         con = None
         for table in schema.TABLES:
             want = [c for c, _t in schema.TABLES[table]]
@@ -111,6 +109,11 @@ class Lake:
         schema no longer lists are kept in the file (readers ignore them).
         """
         cols = schema.TABLES[table]
+        # a migration killed mid-way left the schema file stale (it is written last), so this runs
+        # again: first drop its half-written or not-yet-renamed temp files
+        for stale in (self.raw / table).glob("**/.tmp-*"):
+            if stale.is_file():
+                stale.unlink()
         n = 0
         for f in sorted((self.raw / table).glob("run_id=*/**/*.parquet")):
             if f.name.startswith("."):
