@@ -96,8 +96,7 @@ class Lake:
             con = con or connect()
             self._migrate_table(con, table)
             tmp = empty.with_name(f".tmp-{uuid.uuid4().hex}{TMP_SUFFIX}")
-            cols = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in schema.TABLES[table])
-            con.execute(f"COPY (SELECT {cols} WHERE false) TO {sql_str(tmp)} (FORMAT parquet)")
+            con.execute(f"COPY (SELECT {schema.null_list(schema.TABLES[table])} WHERE false) TO {sql_str(tmp)} (FORMAT parquet)")
             os.replace(tmp, empty)
         if con is not None:
             con.close()
@@ -122,7 +121,7 @@ class Lake:
             missing = [(c, t) for c, t in cols if c not in have]
             if not missing:
                 continue
-            add = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in missing)
+            add = schema.null_list(missing)
             # the temp name does not end in .parquet: no reader glob can pick it up if we are killed
             tmp = f.with_name(f".tmp-{uuid.uuid4().hex}{TMP_SUFFIX}")
             con.execute(f"COPY (SELECT *, {add} FROM read_parquet({sql_str(f)})) TO {sql_str(tmp)} "
@@ -335,8 +334,7 @@ class RunWriter:
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
         spec = "{" + ", ".join(f"{sql_str(c)}: {sql_str(t)}" for c, t in columns) + "}"
         if path.stat().st_size == 0:
-            cols = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns)
-            self.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {cols} WHERE false')
+            self.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT {schema.null_list(columns)} WHERE false')
         else:
             self.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM read_json({sql_str(path)}, '
                              f"format='newline_delimited', columns={spec}, timestampformat='%Y-%m-%d %H:%M:%S.%f')")

@@ -110,8 +110,7 @@ def raw_source(lake: Lake, table: str) -> str:
     if any((lake.raw / table).rglob("*.parquet")) if (lake.raw / table).is_dir() else False:
         return (f"read_parquet({sql_str(lake.table_glob(table))}, hive_partitioning=false, "
                 "union_by_name=true)")
-    cols = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in schema.TABLES[table])
-    return f"(SELECT {cols} WHERE false)"
+    return f"(SELECT {schema.null_list(schema.TABLES[table])} WHERE false)"
 
 
 def _json_obj(text: Optional[str]) -> Dict[str, Any]:

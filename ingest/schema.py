@@ -114,6 +114,12 @@ def select_list(table: str) -> str:
     return ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t in TABLES[table])
 
 
+def null_list(columns: List[Column]) -> str:
+    """``CAST(NULL AS type) AS col, ...`` for the given ``(name, type)`` columns (empty schema
+    relations, columns added to old partitions)."""
+    return ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns)
+
+
 def ddl(table: str, name: str = None) -> str:
     """``CREATE TABLE`` statement for ``table`` (under ``name`` if given)."""
     cols = ", ".join(f'"{c}" {t}' for c, t in TABLES[table])
