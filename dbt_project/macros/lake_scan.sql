@@ -15,9 +15,14 @@
     list taken from DuckDB's glob() at compile time. Measured on a 1 000-run lake (≈ 2 900 kernel
     files): 0.5–0.7 s per reference to the view vs a few ms for one run's files. -#}
 
-{% macro tilake_todo_run_ids(registered_at='profile_registered_at', has='has_profile') %}
-    {#- Run ids (sorted list) the current incremental model will (re)build, or none = read everything. -#}
+{% macro tilake_todo_run_ids() %}
+    {#- Run ids (sorted list) the current incremental model will (re)build, or none = read everything.
+        Same runs as the model's `todo` CTE: the version column and flag come from the config that
+        tilake_per_run_incremental() set (meta tilake_registered_at / tilake_has). -#}
     {%- if not execute or not is_incremental() -%}{{ return(none) }}{%- endif -%}
+    {%- set meta = config.get('meta') or {} -%}
+    {%- set registered_at = meta.get('tilake_registered_at', 'profile_registered_at') -%}
+    {%- set has = meta.get('tilake_has', 'has_profile') -%}
     {%- set q -%}
         select v.run_id from {{ ref('int_runs_versioned') }} v
         where v.{{ has }}

@@ -36,7 +36,8 @@ delete from {{ this }} where run_id not in (select run_id from {{ ref('int_runs_
     materialized='incremental',
     unique_key='run_id',
     incremental_strategy='delete+insert',
-    post_hook="{{ tilake_delete_removed_runs('" ~ has ~ "') }}"
+    post_hook="{{ tilake_delete_removed_runs('" ~ has ~ "') }}",
+    meta={'tilake_registered_at': registered_at, 'tilake_has': has}
 ) }}
 with todo as (
     {{ tilake_runs_to_build(registered_at, has, columns) }}

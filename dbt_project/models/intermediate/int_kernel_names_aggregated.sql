@@ -2,7 +2,7 @@
 -- that reads kernel rows; incremental by run (a run is read again only when it is new or re-ingested,
 -- see macros/trends_incremental.sql), so adding one run to a lake of N reads one run's kernels.
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }}
-{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+{%- set due = tilake_todo_run_ids() %}
 select
     k.run_id, k.side, k.op_type, k.kernel_name,
     any_value(todo.registered_at) as registered_at,

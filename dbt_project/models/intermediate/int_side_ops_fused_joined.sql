@@ -4,7 +4,7 @@
 -- scope in M (e.g. train Add joins the residual+norm row against inference AddRmsNormBias).
 -- A table, incremental by run: the report marts read it, and only new/re-ingested runs are joined.
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }},
-{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+{%- set due = tilake_todo_run_ids() %}
 ops as (
     select a.*, todo.registered_at from {{ ref('int_side_ops_aggregated') }} a
     join todo using (run_id)

@@ -1,6 +1,6 @@
 -- grain: one run. Metadata plus the evidence of each side. Incremental by run.
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }}
-{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+{%- set due = tilake_todo_run_ids() %}
 select
     r.*,
     todo.registered_at,

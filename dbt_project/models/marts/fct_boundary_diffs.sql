@@ -1,7 +1,7 @@
 -- one row per run × round × compared activation boundary: exact gate, ULP figures, first divergence,
 -- amplification relative to the round's first divergence. Incremental by dump run.
 {{ tilake_per_run_incremental('dumps_registered_at', 'has_dumps') }},
-{%- set due = tilake_todo_run_ids('dumps_registered_at', 'has_dumps') %}
+{%- set due = tilake_todo_run_ids() %}
 ordered as (
     select * from {{ ref('int_boundaries_ordered') }}
     where {{ tilake_run_filter('run_id', due) }} and run_id in (select run_id from todo)

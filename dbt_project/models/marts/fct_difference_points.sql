@@ -1,7 +1,7 @@
 -- one row per independent difference point: a compared, differing activation boundary whose declared
 -- inputs were all bitwise equal (EXACT, or isolated by an earlier round's stub). Incremental by dump run.
 {{ tilake_per_run_incremental('dumps_registered_at', 'has_dumps') }},
-{%- set due = tilake_todo_run_ids('dumps_registered_at', 'has_dumps') %}
+{%- set due = tilake_todo_run_ids() %}
 diffs as (
     select * exclude (registered_at) from {{ ref('fct_boundary_diffs') }}
     where status in ('NOT_EXACT', 'DTYPE_DIFF', 'NONFINITE')

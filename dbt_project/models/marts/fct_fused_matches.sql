@@ -1,6 +1,6 @@
 -- grain: run × fused op on one side × module: which unfused ops of the other side it was joined to.
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }},
-{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+{%- set due = tilake_todo_run_ids() %}
 fused as (
     select run_id, side as fused_side, op_type as fused_op, display_module as module, replaces, calls as fused_calls
     from {{ ref('int_side_ops_fused_joined') }}

@@ -2,7 +2,7 @@
 -- (PYTORCH_CALLCHAINS, innermost frame first as torch_npu stores it) and the MSTX phase.
 -- Incremental by run: reads kernel rows, call stacks and MSTX ranges of new/re-ingested runs only.
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }},
-{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+{%- set due = tilake_todo_run_ids() %}
 k as (
     select kk.run_id, kk.side, kk.rank, kk.capture_id, kk.op_type, kk.kernel_name, kk.callchain_id,
            kk.host_op_name, kk.start_ns

@@ -1,7 +1,7 @@
 -- grain: run × comparison module. The core train-vs-infer table of the operator diff report.
 -- Incremental by run: grades only new or re-ingested runs (macros/trends_incremental.sql).
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }},
-{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+{%- set due = tilake_todo_run_ids() %}
 c as (
     select * from {{ ref('int_comparisons_graded') }}
     where {{ tilake_run_filter('run_id', due) }} and run_id in (select run_id from todo)

@@ -1,6 +1,6 @@
 -- grain: run × side × kernel_name (× op_type): runtime kernel counts (*_runtime_ops.json).
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }}
-{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+{%- set due = tilake_todo_run_ids() %}
 select a.run_id, todo.registered_at, a.side, a.kernel_name, a.op_type, c.category, c.module,
        a.calls, a.total_dur_ns, a.ranks
 from {{ ref('int_kernel_names_aggregated') }} a

@@ -1,6 +1,6 @@
 -- grain: run × side × op_type. Ranked kernel population of each path (report sections 3 and 4).
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }}
-{%- set due = tilake_todo_run_ids('profile_registered_at', 'has_profile') %}
+{%- set due = tilake_todo_run_ids() %}
 select
     o.run_id, todo.registered_at, o.side, o.op_type, o.category, o.module, o.display_module, o.fused, o.backend,
     o.calls, o.kernel_rows, o.total_dur_ns, o.ranks, o.kernel_names, o.example_kernel,
