@@ -76,7 +76,8 @@ def _print_summary(res, console=None) -> None:
     console = console or Console()
     grades = [("red", "🔴 高差异 / high"), ("orange", "🟠 中差异 / medium"), ("yellow", "🟡 低差异 / low"),
               ("green", "🟢 无差异 / none"), ("evidence_missing", "⚪ evidence_missing")]
-    table = Table(title=f"run {res.run_id}: comparison rows per grade")
+    console.print(f"run {res.run_id}: comparison rows per grade", soft_wrap=True)
+    table = Table()
     table.add_column("grade")
     table.add_column("rows", justify="right")
     for key, label in grades:
@@ -329,7 +330,8 @@ def runs_group(ctx, lake_path) -> None:
     if ctx.invoked_subcommand is None:
         from .ingest.runs_registry import list_runs, print_runs
 
-        print_runs(list_runs(_lake(lake_path)))
+        lake = _lake(lake_path)
+        print_runs(list_runs(lake), lake_root=lake.root)
 
 
 @runs_group.command("rm")
@@ -369,7 +371,8 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
         print_result(cols, rows)
 
 
-@main.command("sql")
+# a saved query starts with a "-- comment" line: take it as the QUERY, not as an unknown option
+@main.command("sql", context_settings={"ignore_unknown_options": True})
 @click.argument("query", required=False)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
               show_default=True, help="table prints to the terminal; csv/json/parquet write --output.")

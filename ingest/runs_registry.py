@@ -249,14 +249,16 @@ def _list_raw(lake: Lake) -> List[Dict[str, Any]]:
     return rows
 
 
-def print_runs(runs: List[Dict[str, Any]], console=None) -> None:
-    """Render :func:`list_runs` output as a rich table (one row per run)."""
+def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Path] = None) -> None:
+    """Render :func:`list_runs` output as a rich table (one row per run); an empty lake names its folder."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
     if not runs:
-        console.print("no runs in this lake yet (tilake ingest / tilake run / tilake dumps analyze --run-id add them)")
+        where = f" ({lake_root})" if lake_root else ""
+        console.print(f"no runs in this lake{where} yet (tilake ingest / tilake run / tilake dumps analyze --run-id "
+                      "add them; another lake: --lake DIR or TILAKE_LAKE)", soft_wrap=True)
         return
     rows = []
     for r in runs:

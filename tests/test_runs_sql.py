@@ -175,3 +175,13 @@ def test_sparkline_and_by_whitelist():
     for bad in ("model_family; drop table x", "tag:a'b", "tool:gcc", "nope"):
         with pytest.raises(TilakeError):
             by_expression(bad)
+
+
+
+def test_saved_query_starting_with_a_comment_runs_through_the_cli(lake, tmp_path):
+    """README recipe tilake sql "$(cat reports/queries/<file>)": every saved query opens with '-- '."""
+    q = "-- saved query: runs per family\nselect model_family, n from fct_run_registry order by n"
+    out = tmp_path / "q.csv"
+    r = CliRunner().invoke(main, ["sql", q, "--lake", str(lake.root), "--format", "csv", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_text(encoding="utf-8").splitlines() == ["model_family,n", "qwen3,3", "llama,4"]
