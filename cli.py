@@ -1,7 +1,7 @@
 """tilake command line (click). Thin: each command parses options and calls one function.
 
 Every user-input problem surfaces as ``error: <one line>`` on stderr with exit status 2
-(:class:`tilake.ingest.errors.TilakeError`), never a traceback.
+(:class:`tilake.errors.TilakeError`), never a traceback.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .ingest.errors import TilakeError
+from tilake.errors import TilakeError
 
 LAKE_OPTION = click.option(
     "--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -38,7 +38,7 @@ def main() -> None:
 # --- profiler: ingest / build / report / example (foundation) -------------------------------
 
 def _lake(lake_path):
-    from .ingest.lake import Lake
+    from tilake.lake.store import Lake
     return Lake(lake_path)
 
 
@@ -57,7 +57,7 @@ def _meta(model_id, model_family, tags, model_path=None, step=None, **extra):
     if model_id:
         meta["model_id"] = model_id
     if not model_family and model_path:
-        from .ingest.runs_registry import model_family_for
+        from tilake.lake.registry import model_family_for
         model_family = model_family_for(model_path, model_id)[0]
     if model_family:
         meta["model_family"] = model_family
@@ -120,8 +120,8 @@ def _profile_options(f):
 
 
 def _run_id(run_id, source, train, infer):
-    from .ingest.lake import validate_run_id
-    from .pipeline import default_run_id
+    from tilake.lake.store import validate_run_id
+    from tilake.pipeline.profile import default_run_id
     if run_id is not None:
         return validate_run_id(run_id)
     if not (source or train or infer):
@@ -136,10 +136,10 @@ def _run_id(run_id, source, train, infer):
 def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
            lake_path):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
-    from .ingest.profiler import ingest_profile
-    from .pipeline import collect_captures
+    from tilake.ingest.profiler.load import ingest_profile
+    from tilake.pipeline.profile import collect_captures
 
-    from .pipeline import source_description
+    from tilake.pipeline.profile import source_description
 
     rid = _run_id(run_id, profiler_output, train, infer)
     caps = collect_captures(profiler_output, train, infer)
@@ -160,14 +160,14 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_
 def build(select, full_refresh, lake_path):
     """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
     is swapped in atomically (readers with the warehouse open are never blocked)."""
-    from .ingest.runs_registry import build_swapped
+    from tilake.lake.warehouse import build_swapped
 
     lake = _lake(lake_path)
     if not (lake.raw.is_dir() or lake.warehouse.exists()):
         raise TilakeError("no lake here: ingest a run first (tilake ingest / run / example)", path=lake.root)
     res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
     for n in res.warnings:
-        from .pipeline import _warning_text
+        from tilake.pipeline.profile import _warning_text
         click.echo(f"warning: {_warning_text(n)}")
     for n in res.failures:
         click.echo(f"FAIL: {n[0]}: {n[3]}", err=True)
@@ -184,7 +184,7 @@ def build(select, full_refresh, lake_path):
 @LAKE_OPTION
 def report(run_id, out_dir, lang, lake_path):
     """Write the operator diff report of RUN_ID from the marts."""
-    from .reports.op_diff import write_report
+    from tilake.reports.op_diff import write_report
 
     out = write_report(_lake(lake_path).warehouse, run_id, out_dir, lang)
     click.echo(f"report: {out['report']}\ncsv: {out['csv']}")
@@ -202,7 +202,7 @@ def report(run_id, out_dir, lang, lake_path):
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
             out_dir, lang, lake_path):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
-    from .pipeline import run_profile
+    from tilake.pipeline.profile import run_profile
 
     rid = _run_id(run_id, profiler_output, train, infer)
     out_dir = out_dir or (profiler_output.resolve().parent if profiler_output else Path("."))
@@ -219,7 +219,7 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
               help="Lake folder (default: <out>/lake).")
 def example(out_dir, lang, lake_path):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it."""
-    from .example import run_example
+    from tilake.pipeline.example import run_example
 
     res = run_example(out_dir, lake_path, lang)
     _print_summary(res)
@@ -237,8 +237,8 @@ def dumps_group() -> None:
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the probe as JSON.")
 def dumps_probe(train, infer, json_out) -> None:
     """Naming pattern of each side: prefixes, classes, fused modules, API counters, shapes."""
-    from .ingest.dumps.run import run_probe
-    from .ingest.dumps.report_cli import print_probe
+    from tilake.pipeline.dumps import run_probe
+    from tilake.reports.dumps_console import print_probe
 
     print_probe(run_probe(train, infer, json_out))
 
@@ -262,8 +262,8 @@ def dumps_probe(train, infer, json_out) -> None:
 def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, request_tokens, cu_seqlens,
                   logprob_json, run_id, lake_path, build, charts) -> None:
     """Compare two dumps boundary by boundary; write reports and the stub instruction."""
-    from .ingest.dumps.run import run_analyze
-    from .ingest.dumps.report_cli import print_summary
+    from tilake.pipeline.dumps import run_analyze
+    from tilake.reports.dumps_console import print_summary
 
     print_summary(run_analyze(train, infer, out_dir, map_name, rounds, card, request_index, cu_seqlens,
                               logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens))
@@ -277,7 +277,7 @@ def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, 
 @click.option("--map", "map_name", default="qwen3_hf_vllm", show_default=True)
 def dumps_stub_prepare(train, infer, instruction, out_dir, map_name) -> None:
     """Write the stub's source tensors where msprobe's load setting reads them."""
-    from .ingest.dumps.run import run_stub_prepare
+    from tilake.pipeline.dumps import run_stub_prepare
 
     res = run_stub_prepare(train, infer, instruction, out_dir, map_name)
     click.echo(f"wrote {len(res['files'])} tensor file(s); msprobe config: {res['config']}")
@@ -286,7 +286,7 @@ def dumps_stub_prepare(train, infer, instruction, out_dir, map_name) -> None:
 @dumps_group.command("maps")
 def dumps_maps() -> None:
     """List the boundary maps shipped in models/."""
-    from .ingest.dumps.maps import list_maps
+    from tilake.diagnosis.maps import list_maps
 
     for p in list_maps():
         click.echo(p.stem)
@@ -314,7 +314,7 @@ def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang,
     analyse() the raw inference capture (with fallbacks), then ingest -> dbt build -> report.
     Arguments after `--` are passed to the script ($@).
     """
-    from .ingest.scan import cli_scan
+    from tilake.pipeline.scan import cli_scan
 
     sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args))
 
@@ -328,7 +328,7 @@ def runs_group(ctx, lake_path) -> None:
     """List the runs of the lake (rich table); `runs rm RUN` removes one, `runs diff A B` compares two."""
     ctx.obj = {"lake_path": lake_path}
     if ctx.invoked_subcommand is None:
-        from .ingest.runs_registry import list_runs, print_runs
+        from tilake.lake.registry import list_runs, print_runs
 
         lake = _lake(lake_path)
         print_runs(list_runs(lake), lake_root=lake.root)
@@ -341,7 +341,7 @@ def runs_group(ctx, lake_path) -> None:
 @click.pass_context
 def runs_rm(ctx, run_id, no_build, lake_path) -> None:
     """Remove RUN_ID's partitions from every raw table and rebuild the warehouse (swapped in atomically)."""
-    from .ingest.runs_registry import remove_run
+    from tilake.lake.registry import remove_run
 
     tables, res = remove_run(_lake(lake_path or ctx.obj.get("lake_path")), run_id, rebuild=not no_build)
     click.echo(f"removed run {run_id} from {len(tables)} table(s): {', '.join(tables)}")
@@ -359,8 +359,8 @@ def runs_rm(ctx, run_id, no_build, lake_path) -> None:
 @click.pass_context
 def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
     """What changed from BASE_RUN_ID to RUN_ID: kernels added/removed, grades, first divergence."""
-    from .ingest.runs_registry import diff_runs
-    from .ingest.runs_sql import print_result
+    from tilake.lake.registry import diff_runs
+    from tilake.lake.sql import print_result
 
     out = diff_runs(_lake(lake_path or ctx.obj.get("lake_path")), base_run_id, run_id)
     for name, (cols, rows) in out.items():
@@ -382,7 +382,7 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
 @LAKE_OPTION
 def sql_cmd(query, fmt, output, max_rows, lake_path) -> None:
     """Read-only SQL over the warehouse marts (raw tables as raw_<table>); no QUERY opens a shell."""
-    from .ingest import runs_sql
+    from tilake.lake import sql as runs_sql
 
     lake = _lake(lake_path)
     if query is None:
@@ -418,7 +418,7 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path) -> None:
     """A named trend across runs as a table with sparklines and a PNG line chart."""
     import re as _re
 
-    from .reports import trends
+    from tilake.reports import trends
 
     if list_only or not metric:
         for name, d in trends.trend_defs().items():

@@ -5,7 +5,7 @@ Usage::
     python bench/bench_dumps.py [--workdir bench/out/dumps] [--hidden 2048 --layers 8 --seq 512 ...]
                                 [--msprobe /path/to/venv/bin/msprobe]
 
-1. Generates a train/infer pair in msprobe's on-disk format (tests/dumps_gen.py; bf16, Qwen3-style,
+1. Generates a train/infer pair in msprobe's on-disk format (tests/fixtures/msprobe_writer.py; bf16, Qwen3-style,
    HF-style vs vLLM-style; by default the inference side carries the wrong-attention-scale fault so
    nearly every boundary differs and the full ULP path is timed) — each side reused when it exists
    with the same config.
@@ -52,8 +52,9 @@ def hwm_kib():
 CHILD_ANALYZE = HWM + r"""
 import json, sys, time
 from pathlib import Path
-from tilake.ingest.dumps import analyze as A, maps as M
-from tilake.ingest.dumps.reader import READ_STATS
+from tilake.diagnosis import analyze as A
+from tilake.diagnosis import maps as M
+from tilake.ingest.msprobe.reader import READ_STATS
 t = time.perf_counter()
 an = A.analyze_pair([A.RoundInput(Path(sys.argv[1]), Path(sys.argv[2]))], M.load_map("qwen3_hf_vllm"))
 wall = time.perf_counter() - t
@@ -67,8 +68,8 @@ print(json.dumps({"wall_s": wall, "bytes": READ_STATS["bytes"], "files": READ_ST
 CHILD_STATS = HWM + r"""
 import json, sys, time
 from pathlib import Path
-from tilake.ingest.dumps.reader import DumpSide, READ_STATS
-from tilake.ingest.dumps.lakeio import stats_rows
+from tilake.ingest.msprobe.reader import DumpSide, READ_STATS
+from tilake.diagnosis.lake_rows import stats_rows
 t = time.perf_counter()
 n = 0
 for side, p in (("train", sys.argv[1]), ("infer", sys.argv[2])):
@@ -81,7 +82,10 @@ print(json.dumps({"wall_s": wall, "bytes": READ_STATS["bytes"], "rows": n,
 CHILD_BASELINE = HWM + r"""
 import json
 import torch
-from tilake.ingest.dumps import analyze, maps, numerics, lakeio  # noqa
+from tilake.diagnosis import analyze
+from tilake.diagnosis import maps
+from tilake.diagnosis import numerics
+from tilake.diagnosis import lake_rows as lakeio  # noqa
 print(json.dumps({"peak_rss_kib": hwm_kib()}))
 """
 
@@ -122,7 +126,8 @@ def generate(work: Path, cfg_kw: dict, fault: str) -> None:
 
 def largest_pair_bytes(work: Path) -> int:
     """Largest (train + infer) bytes of one boundary/weight pair the analysis compares."""
-    from tilake.ingest.dumps import analyze as A, maps as M
+    from tilake.diagnosis import analyze as A
+    from tilake.diagnosis import maps as M
 
     bmap = M.load_map("qwen3_hf_vllm")
     pair = A.Pair(work / "train", work / "infer", bmap)
@@ -190,7 +195,7 @@ def main() -> None:
     ap.add_argument("--inter", type=int, default=5632)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--msprobe", default=shutil.which("msprobe"), help="msprobe executable (mindstudio-probe)")
-    ap.add_argument("--fault", default="attn_scale", help="fault injected on the inference side (tests/dumps_gen.py) "
+    ap.add_argument("--fault", default="attn_scale", help="fault injected on the inference side (tests/fixtures/msprobe_writer.py) "
                     "so most boundaries differ and the full ULP path is measured; '' for a clean pair")
     a = ap.parse_args()
     cfg_kw = {"vocab": a.vocab, "hidden": a.hidden, "inter": a.inter, "layers": a.layers, "heads": a.heads,

@@ -2,7 +2,7 @@
 
 Prints figures, asserts nothing. Steps, all in one run:
 
-1. build ``bench.db`` with the real torch_npu schema (:func:`tilake.ingest.synth.write_big_db`:
+1. build ``bench.db`` with the real torch_npu schema (:func:`tilake.synth.write_big_db`:
    sqlite3 creates the tables from the embedded real DDL, DuckDB's SQLite scanner bulk-inserts
    ``range(N)``; ``--compare-build`` also times the ``sqlite3.executemany`` path on the same N);
 2. baseline: a bare DuckDB ``COPY (SELECT * FROM sqlite_scan(db, 'TASK')) TO … (FORMAT parquet)`` and the
@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilake.ingest.duck import connect, sql_str
-from tilake.ingest.synth import write_big_db
+from tilake.lake.duck import connect, sql_str
+from tilake.synth import write_big_db
 
 
 def tilake_cmd() -> list:

@@ -11,7 +11,7 @@ Prints figures, asserts nothing. Steps:
    Hive layout and in-file partition columns the Lake writer produces. Runs alternate the two
    templates, two model families (qwen3/llama) and two vllm-ascend versions (tag ``tool.vllm-ascend``),
    steps 1..N/2, and each carries a 3-boundary dump analysis whose first divergence moves.
-3. **Builds**, all with ``tilake.build.dbt_build`` (what ``tilake build`` runs):
+3. **Builds**, all with ``tilake.lake.warehouse.dbt_build`` (what ``tilake build`` runs):
    the empty lake (twice: cold parse, then warm = the reference), the N-run lake (first build),
    the same lake with nothing new (no-op incremental), then one more run ingested through the real
    Lake writer (``ingest_profile``) and the **incremental build** (the target: ≤ 2 × the warm
@@ -33,15 +33,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilake.build import dbt_build
-from tilake.ingest import schema
-from tilake.ingest.duck import connect, sql_str
-from tilake.ingest.lake import Lake
-from tilake.ingest.profiler import ingest_profile
-from tilake.ingest.runs_registry import build_swapped, diff_runs, list_runs
-from tilake.ingest.synth_db import write_profiler_db
-from tilake.ingest.synth_population import JobConfig, infer_population, train_population
-from tilake.pipeline import collect_captures
+from tilake.lake.warehouse import dbt_build
+from tilake.lake import schema
+from tilake.lake.duck import connect, sql_str
+from tilake.lake.store import Lake
+from tilake.ingest.profiler.load import ingest_profile
+from tilake.lake.registry import diff_runs, list_runs
+from tilake.lake.warehouse import build_swapped
+from tilake.synth.db import write_profiler_db
+from tilake.synth.population import JobConfig, infer_population, train_population
+from tilake.pipeline.profile import collect_captures
 from tilake.reports import trends
 
 JOB = JobConfig(layers=1, train_batch_size=1, rollout_n=1, infer_steps=1)
@@ -197,7 +198,7 @@ def main(argv=None) -> int:
         trends.compute_trend(lake, "red_rows", "model_family,tool:vllm-ascend", "step")
         lat["trend red_rows by family+tool, x=step"] = time.perf_counter() - t
         print(f"  trend red_rows by model_family,tool:vllm-ascend x=step {lat['trend red_rows by family+tool, x=step']*1000:8.1f} ms")
-        from tilake.ingest.runs_sql import query
+        from tilake.lake.sql import query
         for q in sorted(QUERIES.glob("cookbook_*.sql")):
             t = time.perf_counter()
             cols, rows = query(lake, q.read_text(encoding="utf-8"))

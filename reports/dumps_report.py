@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ..ingest.errors import TilakeError
+from tilake.errors import TilakeError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

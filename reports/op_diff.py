@@ -18,8 +18,8 @@ from typing import Any, Dict, List, Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from ..ingest.duck import connect
-from ..ingest.errors import TilakeError
+from tilake.lake.duck import connect
+from tilake.errors import TilakeError
 
 HERE = Path(__file__).resolve().parent
 QUERIES = HERE / "queries"
@@ -244,7 +244,7 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     """
     if lang not in ("zh", "en"):
         raise TilakeError(f"--lang must be zh or en, not {lang!r}")
-    from ..pipeline import check_out_dir
+    from tilake.files import check_out_dir
 
     out_dir = check_out_dir(Path(out_dir))
     facts = load_facts(warehouse, run_id)

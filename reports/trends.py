@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..ingest.errors import TilakeError
-from ..ingest.lake import Lake
+from tilake.errors import TilakeError
+from tilake.lake.store import Lake
 
 QUERIES = Path(__file__).resolve().parent / "queries"
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -146,7 +146,7 @@ def compute_trend(lake: Lake, metric: str, by: str = "model_family", x: str = "r
             trend marts are missing because the lake was built before they existed: rebuild).
     """
     import duckdb
-    from ..ingest.runs_sql import duckdb_error_line, open_readonly
+    from tilake.lake.sql import duckdb_error_line, open_readonly
 
     defs = trend_defs()
     if metric not in defs:

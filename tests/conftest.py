@@ -1,11 +1,15 @@
 """Shared pytest fixtures. ``../shared`` sits beside the repository (CI copies it there)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+# our own test inputs: writers of msprobe dumps and profiler captures (tests/fixtures/), and
+# per-scenario data files (tests/data/<scenario>/)
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 
 
 @pytest.fixture(scope="session")

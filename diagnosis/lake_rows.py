@@ -1,0 +1,128 @@
+"""Write a dump analysis into the lake (tables in :mod:`tilake.lake.dump_schema`).
+
+``tensor_stats`` reads every tensor of every round once, one file at a time (float64 statistics
+and a raw-byte hash, :func:`tilake.diagnosis.numerics.tensor_stats`); a missing or unreadable
+``.pt`` becomes a row with ``status`` ``missing``/``unreadable`` and the reason, never a crash.
+The write is atomic per run (:meth:`tilake.lake.store.Lake.write_run`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Callable, Dict, List, Optional, Sequence
+
+from tilake.lake.dump_schema import DUMP_OWNED
+from tilake.errors import TilakeError
+from tilake.lake.store import Lake
+from tilake.diagnosis.analyze import Analysis, RoundInput
+from tilake.diagnosis.numerics import tensor_stats, torch_threads
+from tilake.ingest.msprobe.reader import DumpSide
+
+
+def _j(v) -> Optional[str]:
+    return None if v is None else json.dumps(v, ensure_ascii=False, default=str)
+
+
+def stats_rows(dump: DumpSide, side: str, round_no: int,
+               progress: Optional[Callable[[int, int], None]] = None) -> List[dict]:
+    """One ``tensor_stats`` row per tensor slot of ``dump`` (reads each ``.pt`` once)."""
+    with torch_threads():
+        return _stats_rows(dump, side, round_no, progress)
+
+
+def _stats_rows(dump: DumpSide, side: str, round_no: int, progress) -> List[dict]:
+    rows = []
+    seen: Dict[str, dict] = {}
+    n = len(dump.slots)
+    for i, s in enumerate(dump.slots):
+        if progress:
+            progress(i, n)
+        row = {"side": side, "rank": dump.rank if dump.rank is not None else 0, "round": round_no,
+               "step": dump.step, "entry": s.entry, "io_kind": s.io, "idx": s.index,
+               "exec_order": s.exec_order, "data_name": s.data_name, "declared_dtype": s.declared_dtype,
+               "shape": s.declared_shape}
+        if not s.data_name:
+            row.update(status="no_data", reason="statistics-only slot (no .pt)")
+            rows.append(row)
+            continue
+        if s.data_name in seen:
+            st = seen[s.data_name]
+        else:
+            try:
+                t = dump.load(s)
+                st = tensor_stats(t)
+                del t
+            except TilakeError as exc:
+                st = {"_error": str(exc), "_status": "missing" if "missing" in str(exc) else "unreadable"}
+            seen[s.data_name] = st
+        if "_error" in st:
+            row.update(status=st["_status"], reason=st["_error"])
+        else:
+            row.update({k: st[k] for k in ("dtype", "numel", "nbytes", "min", "max", "mean", "norm",
+                                           "nan_count", "posinf_count", "neginf_count", "content_hash")})
+            row["shape"] = st["shape"]
+            row["dtype_mismatch"] = bool(s.declared_dtype and s.declared_dtype != st["dtype"])
+            row["status"] = "ok"
+            row["reason"] = (f"dump.json says {s.declared_dtype}, the file holds {st['dtype']}"
+                             if row["dtype_mismatch"] else None)
+        rows.append(row)
+    return rows
+
+
+def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInput], card: dict,
+               progress: Optional[Callable[[str, int, int], None]] = None) -> Dict[str, int]:
+    """Replace ``run_id``'s partitions of the dump tables with this analysis. Returns rows per table.
+
+    Raises:
+        TilakeError: invalid run id; LakeBusyError when another writer holds the lake.
+    """
+    with lake.write_run(run_id, tables=DUMP_OWNED) as w:
+        for k, rin in enumerate(rounds):
+            for side, path in (("train", rin.train), ("infer", rin.infer)):
+                d = DumpSide(path, side)
+                rows = stats_rows(d, side, k, (lambda i, n, s=side, k=k: progress(f"tensor stats round {k} {s}", i, n))
+                                  if progress else None)
+                if rows:
+                    w.write_rows("tensor_stats", rows,
+                                 partition={"side": side, "rank": d.rank if d.rank is not None else 0})
+        brow = []
+        for r in an.boundary_rows:
+            brow.append(_brow(r, "activation"))
+        for r in an.weight_rows:
+            brow.append(_brow({**r, "round": 0}, "weight"))
+        w.write_rows("boundary_results", brow)
+        srows = []
+        for r in an.rounds:
+            if r["round"] == 0:
+                continue
+            ver = r.get("stub_verification") or {}
+            srows.append({"round": r["round"], "isolated_boundary": (r.get("isolated") or [None])[-1],
+                          "verified": ver.get("effective"), "verification": _j(ver), "outcome": r.get("outcome")})
+        si = an.stub_instruction or {}
+        if si.get("needed"):
+            srows.append({"round": si.get("round"), "isolated_boundary": (si.get("isolate_boundary") or {}).get("name"),
+                          "source_side": si.get("source_side"), "target_side": si.get("target_side"),
+                          "available": si.get("available"), "instruction": _j(si), "verified": None,
+                          "outcome": "pending"})
+        w.write_rows("stub_rounds", srows)
+        w.write_rows("dump_runs", [{
+            "map_name": an.map_name, "reference_side": an.reference_side,
+            "train_path": an.sides.get("train", {}).get("path"), "infer_path": an.sides.get("infer", {}).get("path"),
+            "rounds": len(an.rounds), "verdict": an.verdict, "consistency": an.consistency,
+            "verdict_reason": an.verdict_reason, "task_card": _j(card),
+            "created_at": _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)}])
+        return dict(w.rows_written)
+
+
+def _brow(r: dict, kind: str) -> dict:
+    out = {k: r.get(k) for k in ("round", "boundary", "position", "layer", "op", "status", "reason",
+                                 "train_source", "infer_source", "train_dtype", "infer_dtype", "numel",
+                                 "mismatch_count", "mismatch_fraction", "max_abs_diff", "ref_absmax",
+                                 "tensor_ulp", "max_elem_ulp", "max_elem_ulp_significant", "signed_mean_ulp",
+                                 "pos_count", "neg_count", "rows_total", "rows_differing", "cols_total",
+                                 "cols_differing", "pattern", "systematic_bias", "inputs_equal", "class", "role")}
+    out["kind"] = kind
+    for k in ("inputs", "train_transforms", "infer_transforms", "train_shape", "infer_shape", "ulp_hist",
+              "class_evidence", "notes"):
+        out[k] = _j(r.get(k))
+    return out

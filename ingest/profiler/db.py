@@ -1,0 +1,527 @@
+"""Read one ``ascend_pytorch_profiler_{rank}.db`` (torch_npu DB export) into the lake.
+
+Format facts (``reference/ascend-profiler-format.md`` §0, §2.2–2.6, "Traps"; torch_npu
+``_fwk_api_db_parser.py``; msprof ``msprof_db.cpp``):
+
+* kernels are ``TASK ⋈ COMPUTE_TASK_INFO`` on ``globalTaskId`` (TASK also holds memcpy/event rows
+  that are not kernels) plus one row per ``COMMUNICATION_OP`` (HCCL op, op type ``hcom_*_``);
+* every name-like INTEGER column is an id into ``STRING_IDS(id, value)``;
+* host op of a kernel: ``TASK.connectionId = CONNECTION_IDS.connectionId``,
+  (its call stack: its own ``callchainId`` or that of the innermost enclosing op on the same thread),
+  ``CONNECTION_IDS.id = PYTORCH_API.connectionId`` (op rows ``type = 50001``; the innermost op wins);
+  the launching CANN API is ``CANN_API.connectionId = TASK.connectionId``;
+* ``PYTORCH_API.startNs/endNs`` are TEXT; ``inputDtypes``/``inputShapes`` contents are swapped in
+  real files (decided here by content); the block-size column is ``blockDim`` (CANN 8.x),
+  ``blockNum`` (CANN 9.0) or ``block_dim`` (2024-03) — probed with ``PRAGMA table_info``;
+* a DB in WAL journal mode (header bytes 18–19 = 2) grows ``-wal``/``-shm`` files when opened,
+  even read-only, so it is copied to a private temp folder first; inputs stay byte-identical.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+from tilake.lake.duck import sql_str
+from tilake.errors import TilakeError
+from tilake.ingest.profiler.names import clean_text, derived_op_type
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+INVALID = 4294967295
+API_TYPE_OP = 50001
+BLOCK_COLUMNS = ("blockDim", "blockNum", "block_dim")
+# extra tables/columns MindStudio Insight writes into DBs it opens (reference §2.2 note)
+INSIGHT_TABLES = {"OVERLAP_ANALYSIS", "connectionCats", "status_info"}
+
+
+@dataclass
+class DbProbe:
+    """What a DB holds: ``tables`` (name → list of column names), ``rows`` (name → count),
+    ``schema_version``, ``session`` (start_ns, end_ns), ``journal_wal``."""
+
+    tables: Dict[str, List[str]] = field(default_factory=dict)
+    rows: Dict[str, int] = field(default_factory=dict)
+    schema_version: Optional[str] = None
+    session: tuple = (None, None)
+    journal_wal: bool = False
+
+    def has(self, table: str, column: Optional[str] = None) -> bool:
+        """Whether the table (and column) exists."""
+        cols = self.tables.get(table)
+        return cols is not None and (column is None or column in cols)
+
+    @property
+    def block_column(self) -> Optional[str]:
+        """The block-size column name of COMPUTE_TASK_INFO in this CANN version, if any."""
+        return next((c for c in BLOCK_COLUMNS if self.has("COMPUTE_TASK_INFO", c)), None)
+
+    @property
+    def schema_variant(self) -> str:
+        """Short label of the schema variant, e.g. ``blockDim+insight`` or ``blockNum+opState``."""
+        parts = [self.block_column or "noblock"]
+        if self.has("COMPUTE_TASK_INFO", "opState"):
+            parts.append("opState")
+        if INSIGHT_TABLES & set(self.tables) or self.has("TASK", "depth"):
+            parts.append("insight")
+        if self.has("PYTORCH_CALLCHAINS"):
+            parts.append("stack")
+        return "+".join(parts)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_header(path: Path) -> bool:
+    """Validate the SQLite header; return True when the DB is in WAL journal mode.
+
+    Raises:
+        TilakeError: not a SQLite file, or shorter than its header says (truncated copy).
+    """
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError as exc:
+        raise TilakeError(f"cannot read file ({exc.strerror})", path=path) from exc
+    if size == 0:
+        raise TilakeError("empty file (0 bytes), not a profiler database", path=path)
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        raise TilakeError("not a SQLite database (wrong header); expected an "
+                          "ascend_pytorch_profiler_*.db written by torch_npu", path=path)
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    valid_for = int.from_bytes(head[92:96], "big")
+    change = int.from_bytes(head[24:28], "big")
+    if pages and valid_for == change and size < pages * page_size:
+        raise TilakeError(f"truncated SQLite database: {size} bytes on disk, header says "
+                          f"{pages * page_size}; copy the file again from the host", path=path)
+    if size % page_size:
+        raise TilakeError(f"truncated SQLite database: size {size} is not a multiple of the "
+                          f"page size {page_size}", path=path)
+    return head[18] == 2 or head[19] == 2
+
+
+@contextmanager
+def readable_copy(path: Path, wal: bool) -> Iterator[Path]:
+    """Yield a path that may be opened without creating files beside the input.
+
+    Non-WAL DBs are opened in place (read-only opens create nothing); WAL DBs are copied with any
+    ``-wal`` sidecar into a private temp folder, removed afterwards.
+    """
+    if not wal:
+        yield path
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="tilake-db-"))
+    try:
+        dst = tmp / path.name
+        shutil.copyfile(path, dst)
+        side = Path(str(path) + "-wal")
+        if side.exists():
+            shutil.copyfile(side, Path(str(dst) + "-wal"))
+        yield dst
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def probe(path: Path) -> DbProbe:
+    """List tables, columns and row counts with sqlite3 in immutable mode (creates no files).
+
+    Raises:
+        TilakeError: the file is not a readable SQLite database.
+    """
+    p = DbProbe()
+    uri = "file:" + str(path.resolve()) + "?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri.replace("?", "?", 1), uri=True)
+        try:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            for n in names:
+                p.tables[n] = [r[1] for r in con.execute(f'PRAGMA table_info("{n}")')]
+                p.rows[n] = con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]
+            if "META_DATA" in p.tables:
+                r = con.execute("SELECT value FROM META_DATA WHERE name='SCHEMA_VERSION'").fetchone()
+                p.schema_version = r[0] if r else None
+            if p.has("SESSION_TIME_INFO", "startTimeNs") and p.has("SESSION_TIME_INFO", "endTimeNs"):
+                r = con.execute("SELECT startTimeNs, endTimeNs FROM SESSION_TIME_INFO LIMIT 1").fetchone()
+                p.session = tuple(r) if r else (None, None)
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise TilakeError(f"unreadable SQLite database ({exc})", path=path) from exc
+    return p
+
+
+def _sid_join(pr: DbProbe, table: str, col: str, src: str, alias: str) -> tuple:
+    """Decode ``src.col`` (a STRING_IDS key) with a LEFT JOIN on the in-memory ``sid`` copy.
+
+    Returns ``(join clause, alias)``; ``("", None)`` when the column is absent. Read
+    ``alias.value`` / ``.clean`` / ``.derived`` (see :func:`load_db`). Joins, never correlated
+    scalar subqueries: those cost ~28× on large tables (bench/README.md).
+    """
+    if not pr.has(table, col):
+        return "", None
+    return f'LEFT JOIN sid {alias} ON {alias}.id = {src}."{col}"', alias
+
+
+def _v(alias: "str | None", field: str = "value") -> str:
+    """``alias.field`` of a :func:`_sid_join`, or NULL when the column was absent."""
+    return f"{alias}.{field}" if alias else "NULL"
+
+
+@dataclass
+class DbResult:
+    """Counts written for one DB capture."""
+
+    kernels: int = 0
+    compute_kernels: int = 0
+    host_ops: int = 0
+    call_stacks: int = 0
+    mstx: int = 0
+    probe: Optional[DbProbe] = None
+
+
+def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> DbResult:
+    """Write kernels, host ops, call stacks and MSTX ranges of one attached DB.
+
+    Args:
+        db: a path safe to open (see :func:`readable_copy`). pr: its probe.
+        writer: :class:`tilake.lake.store.RunWriter`. partition: ``{"side":…, "rank":…}``.
+    Returns:
+        :class:`DbResult` with the row counts written.
+    Raises:
+        TilakeError: the SQLite scanner cannot read a required table (malformed file).
+    """
+    con = writer.con
+    res = DbResult(probe=pr)
+    con.execute("SET memory_limit='700MB'")
+    spill = tempfile.mkdtemp(prefix="tilake-spill-")  # private: concurrent DuckDB processes clash in /tmp
+    con.execute(f"SET temp_directory={sql_str(spill)}")
+    con.execute("DETACH DATABASE IF EXISTS s")
+    con.execute(f"ATTACH {sql_str(db)} AS s (TYPE sqlite, READ_ONLY)")
+    try:
+        # strings are cleaned (quotes, CR/LF, N/A) and op types derived from names once per STRING_IDS
+        # row, not once per kernel row: the kernel query only picks precomputed columns
+        src = ("SELECT id, value FROM s.STRING_IDS" if pr.has("STRING_IDS")
+               else "SELECT CAST(NULL AS BIGINT) AS id, CAST(NULL AS VARCHAR) AS value WHERE false")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value, {clean_text('value')} AS clean, "
+                    f"{derived_op_type('value')} AS derived FROM ({src})")
+        _host_ops_table(con, pr)
+        res.compute_kernels, res.kernels = _write_kernels(con, pr, writer, partition, capture_id)
+        res.host_ops = _write_host_ops(con, writer, partition, capture_id)
+        if pr.has("PYTORCH_CALLCHAINS"):
+            # stack is a STRING_IDS key (TEXT holding the frame itself in torch_npu 6.0.rc1)
+            res.call_stacks = writer.copy_query(
+                "call_stacks",
+                f"SELECT {sql_str(capture_id)} AS capture_id, c.id AS callchain_id, c.stackDepth AS depth, "
+                "coalesce(jf.value, CAST(c.stack AS VARCHAR)) AS frame FROM s.PYTORCH_CALLCHAINS c "
+                "LEFT JOIN sid jf ON jf.id = TRY_CAST(c.stack AS BIGINT)",
+                partition)
+        if pr.has("MSTX_EVENTS", "eventType"):
+            jm, m = _sid_join(pr, "MSTX_EVENTS", "message", "e", "jm")
+            res.mstx = writer.copy_query(
+                "mstx_ranges",
+                f"SELECT {sql_str(capture_id)} AS capture_id, {_v(m)} AS message, "
+                f"e.startNs AS start_ns, e.endNs AS end_ns, e.globalTid AS global_tid "
+                f"FROM s.MSTX_EVENTS e {jm} WHERE e.eventType = 2", partition)
+    except TilakeError:
+        raise
+    except Exception as exc:  # duckdb errors on malformed pages or mismatched types
+        if type(exc).__name__ == "InterruptException" or str(exc).startswith("Query interrupted"):
+            raise TilakeError("interrupted by the user; the lake is unchanged") from exc
+        raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=db) from exc
+    finally:
+        try:
+            con.execute("DETACH DATABASE IF EXISTS s")
+        except Exception:  # connection invalidated by a fatal DuckDB error: the writer reopens one
+            writer._con = None
+        shutil.rmtree(spill, ignore_errors=True)
+    return res
+
+
+def _host_ops_table(con, pr: DbProbe) -> None:
+    """Temp tables ``hops`` (framework ops, numbered) and ``conn_host`` (task connection → op)."""
+    if not pr.has("PYTORCH_API"):
+        con.execute("CREATE OR REPLACE TEMP TABLE hops (host_op_id BIGINT, name VARCHAR, start_ns BIGINT, "
+                    "end_ns BIGINT, global_tid BIGINT, connection_id BIGINT, sequence_number BIGINT, "
+                    "input_shapes VARCHAR, input_dtypes VARCHAR, callchain_id BIGINT)")
+        con.execute("CREATE OR REPLACE TEMP TABLE conn_host (task_conn BIGINT, host_op_id BIGINT, "
+                    "name VARCHAR, callchain_id BIGINT)")
+        return
+    where = f"WHERE p.type = {API_TYPE_OP}" if pr.has("PYTORCH_API", "type") else ""
+    jn, n = _sid_join(pr, "PYTORCH_API", "name", "p", "jn")
+    jd, d = _sid_join(pr, "PYTORCH_API", "inputDtypes", "p", "jd")
+    js, sh = _sid_join(pr, "PYTORCH_API", "inputShapes", "p", "js")
+    da, sb = _v(d), _v(sh)
+    shape_like = "regexp_matches({x}, '^[\\[\\]0-9,;\"\\s]+$')"
+    # the real files swap the two columns' contents: decide per row by content
+    shapes = f"CASE WHEN {shape_like.format(x=da)} THEN {da} ELSE {sb} END"
+    dtypes = f"CASE WHEN {shape_like.format(x=da)} THEN {sb} ELSE {da} END"
+    cc = "NULLIF(p.callchainId, CAST(4294967295 AS BIGINT))" if pr.has("PYTORCH_API", "callchainId") else "NULL"
+    seq = "p.sequenceNumber" if pr.has("PYTORCH_API", "sequenceNumber") else "NULL"
+    conn = "NULLIF(p.connectionId, CAST(4294967295 AS BIGINT))"
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE hops AS
+        SELECT row_number() OVER (ORDER BY start_ns, global_tid, connection_id, name, end_ns) AS host_op_id, *
+        FROM (
+          SELECT {_v(n)} AS name,
+                 TRY_CAST(p.startNs AS BIGINT) AS start_ns, TRY_CAST(p.endNs AS BIGINT) AS end_ns,
+                 p.globalTid AS global_tid, {conn} AS connection_id, {seq} AS sequence_number,
+                 {clean_text(shapes)} AS input_shapes, {clean_text(dtypes)} AS input_dtypes,
+                 {cc} AS callchain_id
+          FROM s.PYTORCH_API p {jn} {jd} {js} {where}
+        )""")
+    # ACL-level records (aclnnMm …) carry no Python stack; torch_npu stores it on the enclosing
+    # aten op of the same thread (reference §2.4): inherit the innermost enclosing op's callchain.
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE hops AS
+        SELECT h.* REPLACE (coalesce(h.callchain_id, e.parent_chain) AS callchain_id)
+        FROM hops h
+        LEFT JOIN (
+            SELECT a.host_op_id, b.callchain_id AS parent_chain
+            FROM hops a JOIN hops b
+              ON a.global_tid = b.global_tid AND b.start_ns <= a.start_ns AND b.end_ns >= a.end_ns
+             AND b.host_op_id <> a.host_op_id
+            WHERE a.callchain_id IS NULL AND b.callchain_id IS NOT NULL
+            QUALIFY row_number() OVER (PARTITION BY a.host_op_id ORDER BY b.start_ns DESC, b.end_ns, b.host_op_id DESC) = 1
+        ) e USING (host_op_id)""")
+    if pr.has("CONNECTION_IDS"):
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE conn_host AS
+            SELECT ci.connectionId AS task_conn, h.host_op_id, h.name, h.callchain_id
+            FROM s.CONNECTION_IDS ci JOIN hops h ON h.connection_id = ci.id
+            QUALIFY row_number() OVER (PARTITION BY ci.connectionId
+                                       ORDER BY h.start_ns DESC, h.host_op_id DESC) = 1""")
+    else:
+        con.execute("CREATE OR REPLACE TEMP TABLE conn_host (task_conn BIGINT, host_op_id BIGINT, "
+                    "name VARCHAR, callchain_id BIGINT)")
+
+
+KERNEL_CHUNK_ROWS = 2_000_000
+"""COMPUTE_TASK_INFO rows per TASK ⋈ COMPUTE_TASK_INFO hash join (its table then fits in memory)."""
+
+
+def _parallel_copy(con, queries: Dict[str, str], folder: Path) -> Dict[str, Path]:
+    """``COPY (query) TO folder/<key>.parquet`` for every query at once, one DuckDB cursor per thread.
+
+    DuckDB's SQLite scanner reads one table on about one core (measured: a bare ``COPY`` of TASK then
+    COMPUTE_TASK_INFO used 19 CPU-s in 18.7 s wall), so dumping the tables side by side uses the
+    other cores. The cursors share the database instance (the attached SQLite file ``s``, settings).
+
+    Raises:
+        the first error of any thread; TilakeError on Ctrl-C (the scans are interrupted first).
+    """
+    import threading
+
+    out = {k: folder / f"{k}.parquet" for k in queries}
+    errors: List[BaseException] = []
+    cursors = {k: con.cursor() for k in queries}
+
+    def run(key: str) -> None:
+        try:
+            cursors[key].execute(f"COPY ({queries[key]}) TO {sql_str(out[key])} "
+                                 "(FORMAT parquet, COMPRESSION uncompressed)")
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,), name=f"tilake-dump-{k}") for k in queries]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except BaseException as exc:
+        # Ctrl-C (or any error) in the caller: stop the other scans before the staging folder goes
+        for cur in cursors.values():
+            cur.interrupt()
+        for t in threads:
+            t.join()
+        if isinstance(exc, KeyboardInterrupt):
+            raise TilakeError("interrupted by the user; the lake is unchanged") from exc
+        raise
+    finally:
+        for cur in cursors.values():
+            cur.close()
+    if errors:
+        raise errors[0]
+    return out
+
+
+def _chunk_bounds(con, cti: Path, rows: int) -> List[tuple]:
+    """Half-open ``globalTaskId`` ranges of about :data:`KERNEL_CHUNK_ROWS` COMPUTE_TASK_INFO rows each
+    (approximate quantiles of the dumped keys); ``[(None, None)]`` for one chunk."""
+    k = max(1, -(-rows // KERNEL_CHUNK_ROWS))
+    if k == 1:
+        return [(None, None)]
+    qs = ", ".join(str(i / k) for i in range(1, k))
+    cuts = con.execute(f"SELECT list_sort(list_distinct(approx_quantile(globalTaskId, [{qs}]))) "
+                       f"FROM read_parquet({sql_str(cti)})").fetchone()[0] or []
+    edges = [None, *cuts, None]
+    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
+
+
+def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -> tuple:
+    """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
+
+    Compute kernels: TASK, COMPUTE_TASK_INFO (and CANN_API) are first dumped side by side to private
+    Parquet files in the staging folder (:func:`_parallel_copy`), then joined on ``globalTaskId`` in
+    ranges of about :data:`KERNEL_CHUNK_ROWS` rows, so each hash table fits in memory instead of
+    spilling (10 M + 10 M rows: 13.6 s and 474 MiB vs 26.5 s and 858 MiB for one join streamed from
+    the scanner; bench/README.md). Strings are decoded with plain LEFT JOINs on the in-memory ``sid``
+    copy of STRING_IDS; the CANN API name comes from CANN_API by connection id. One Parquet file per
+    range.
+    """
+    n = 0
+    cid = sql_str(capture_id)
+    has_cann = pr.has("CANN_API")
+    cann_val = "j_cann.value" if has_cann else "NULL"
+    if pr.has("COMPUTE_TASK_INFO") and pr.has("TASK"):
+        cti = {c: (f'c."{c}"' if pr.has("COMPUTE_TASK_INFO", c) else "NULL")
+               for c in ("name", "opType", "taskType", "inputShapes", "inputDataTypes", "inputFormats",
+                         "outputShapes", "outputDataTypes", "outputFormats")}
+        blk = f'c."{pr.block_column}"' if pr.block_column else "NULL"
+        strings = {"kernel_name": "name", "raw_op": "opType", "accel": "taskType", "i_sh": "inputShapes",
+                   "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
+                   "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
+        joins = "\n".join(f"LEFT JOIN sid j_{a} ON j_{a}.id = b.c_{a}" for a in strings)
+        picks = ", ".join(f"j_{a}.value AS {a}, j_{a}.clean AS {a}_clean" for a in strings)
+        picks += ", j_kernel_name.derived AS name_derived"
+        base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
+        dump = writer.staging / f"_dump_{capture_id}"
+        dump.mkdir(parents=True, exist_ok=True)
+        try:
+            queries = {
+                "task": ("SELECT t.globalTaskId, t.deviceId, t.streamId, t.taskId, t.startNs, t.endNs, "
+                         "t.taskType AS t_tt, t.connectionId FROM s.TASK t"),
+                "cti": f"SELECT c.globalTaskId, {blk} AS block_dim, {base_cols} FROM s.COMPUTE_TASK_INFO c",
+            }
+            if has_cann:
+                queries["cann"] = "SELECT connectionId, name FROM s.CANN_API"
+            files = _parallel_copy(con, queries, dump)
+            for lo, hi in _chunk_bounds(con, files["cti"], pr.rows.get("COMPUTE_TASK_INFO", 0)):
+                rng = " AND ".join([*([f"globalTaskId >= {lo}"] if lo is not None else []),
+                                    *([f"globalTaskId < {hi}"] if hi is not None else [])]) or "true"
+                # the connection ids of this range's tasks bound the CANN_API / host-op rows joined to it
+                cmin, cmax = con.execute(
+                    f"SELECT min(connectionId), max(connectionId) FROM read_parquet({sql_str(files['task'])}) "
+                    f"WHERE {rng} AND connectionId <> CAST({INVALID} AS BIGINT)").fetchone()
+                conn_rng = (f"BETWEEN {int(cmin)} AND {int(cmax)}" if cmin is not None else "IS NULL")
+                cann_join = (f"LEFT JOIN (SELECT connectionId, name FROM read_parquet({sql_str(files['cann'])}) "
+                             f"WHERE connectionId {conn_rng}) ca "
+                             "ON ca.connectionId = b.connectionId LEFT JOIN sid j_cann ON j_cann.id = ca.name"
+                             if has_cann else "")
+                sql = f"""
+                    WITH b AS (
+                        SELECT t.*, c.* EXCLUDE (globalTaskId)
+                        FROM (SELECT * FROM read_parquet({sql_str(files['cti'])}) WHERE {rng}) c
+                        JOIN (SELECT * FROM read_parquet({sql_str(files['task'])}) WHERE {rng}) t
+                          ON t.globalTaskId = c.globalTaskId
+                    ), k AS (
+                        SELECT b.*, {picks}, j_tt.value AS device_task_type, {cann_val} AS cann_api_name,
+                               h.host_op_id, h.name AS host_op_name, h.callchain_id
+                        FROM b
+                        {joins}
+                        LEFT JOIN sid j_tt ON j_tt.id = b.t_tt
+                        {cann_join}
+                        LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h
+                          ON h.task_conn = b.connectionId
+                    )
+                    SELECT {cid} AS capture_id, 'db' AS source_kind, globalTaskId AS global_task_id,
+                           deviceId AS device_id, streamId AS stream_id, taskId AS task_id,
+                           startNs AS start_ns, endNs AS end_ns, endNs - startNs AS dur_ns,
+                           kernel_name, CASE WHEN raw_op_clean IS NULL THEN name_derived ELSE raw_op END AS op_type,
+                           raw_op_clean IS NULL AS op_type_derived, accel_clean AS accelerator,
+                           device_task_type, block_dim,
+                           i_sh_clean AS input_shapes, i_dt_clean AS input_dtypes, i_fm_clean AS input_formats,
+                           o_sh_clean AS output_shapes, o_dt_clean AS output_dtypes, o_fm_clean AS output_formats,
+                           NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
+                           host_op_id, host_op_name, callchain_id, 1 AS call_count
+                    FROM k"""
+                n += writer.copy_query("kernels", sql, partition)
+        finally:
+            shutil.rmtree(dump, ignore_errors=True)
+    compute = n
+    if pr.has("COMMUNICATION_OP"):
+        jn, nm = _sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn")
+        jt, ot = _sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt")
+        dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"
+        # 4294967295 means "no connection": never join it (the compute path bounds ids the same way)
+        cann_join_o = ("LEFT JOIN s.CANN_API ca ON ca.connectionId = o.connectionId "
+                       f"AND o.connectionId <> CAST({INVALID} AS BIGINT) "
+                       "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
+        sql = f"""
+            SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,
+                   NULL AS stream_id, NULL AS task_id, o.startNs AS start_ns, o.endNs AS end_ns,
+                   o.endNs - o.startNs AS dur_ns, {_v(nm)} AS kernel_name,
+                   CASE WHEN {_v(ot, 'clean')} IS NULL THEN {_v(nm, 'derived')} ELSE {_v(ot)} END AS op_type,
+                   {_v(ot, 'clean')} IS NULL AS op_type_derived,
+                   'COMMUNICATION' AS accelerator, 'HCCL' AS device_task_type, NULL AS block_dim,
+                   NULL AS input_shapes, NULL AS input_dtypes, NULL AS input_formats,
+                   NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
+                   NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann_val} AS cann_api_name,
+                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
+            FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
+            LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
+        n += writer.copy_query("kernels", sql, partition)
+    return compute, n
+
+
+def _write_host_ops(con, writer, partition: Dict, capture_id: str) -> int:
+    # kernels per host op, from the Parquet just staged (cheap: one column)
+    staged = [str(p) for p in (writer.staging / "kernels").rglob("*.parquet")]
+    mine = f"capture_id = {sql_str(capture_id)}"
+    if staged:
+        files = "[" + ", ".join(sql_str(s) for s in staged) + "]"
+        counts = (f"SELECT host_op_id, count(*) AS n FROM read_parquet({files}) "
+                  f"WHERE {mine} AND host_op_id IS NOT NULL GROUP BY host_op_id")
+    else:
+        counts = "SELECT NULL::BIGINT AS host_op_id, 0 AS n WHERE false"
+    return writer.copy_query(
+        "host_ops",
+        f"""SELECT {sql_str(capture_id)} AS capture_id, 'db' AS source_kind, h.host_op_id, h.name,
+                   h.start_ns, h.end_ns, h.global_tid, h.connection_id, h.sequence_number,
+                   h.input_shapes, h.input_dtypes, h.callchain_id,
+                   coalesce(k.n, 0) AS kernel_count, 1 AS call_count
+            FROM hops h LEFT JOIN ({counts}) k USING (host_op_id)""",
+        partition)
+
+
+def profiler_level_from_db(con_path: Path) -> Optional[str]:
+    """``Level0`` when every op type is ``N/A`` (level-0 capture), else None (unknown)."""
+    uri = "file:" + str(con_path.resolve()) + "?mode=ro&immutable=1"
+    con = sqlite3.connect(uri, uri=True)
+    try:
+        r = con.execute("SELECT count(*), sum(CASE WHEN s.value = 'N/A' THEN 1 ELSE 0 END) "
+                        "FROM (SELECT opType FROM COMPUTE_TASK_INFO LIMIT 1000) c "
+                        "LEFT JOIN STRING_IDS s ON s.id = c.opType").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    finally:
+        con.close()
+    if r and r[0] and r[0] == r[1]:
+        return "Level0"
+    return None
+
+
+def table_rows_json(pr: DbProbe) -> str:
+    """Row counts per table as compact JSON (capture-health evidence)."""
+    return json.dumps(dict(sorted(pr.rows.items())), separators=(",", ":"))
+
+
+def file_size(path: Path) -> int:
+    """Size in bytes."""
+    return os.path.getsize(path)

@@ -1,0 +1,206 @@
+"""Read torch_npu text exports (``ASCEND_PROFILER_OUTPUT/*.csv``) when a rank has no usable DB.
+
+Order of preference (reference doc §3.3; seed stage 3.4 fallback 2):
+``kernel_details.csv`` (one row per device kernel) → ``op_statistic.csv`` (device op types with
+counts) → ``api_statistic.csv`` (host-side CANN API statistics: the "host-side fallback, not
+device"). ``operator_details.csv`` gives framework ops with their call stacks.
+
+Quirks handled (real files, 2025-01): ``Start Time(us)`` ends with a TAB; shapes are written
+the field ``'"32,3,224,224"'`` after CSV unquoting (quotes inside the field); ``N/A`` for missing; ``Model ID`` 4294967295 =
+invalid; ``Block Dim`` renamed ``Block Num`` in torch_npu ≥ 26.0.0; ``Device_id`` column only in
+torch_npu ≥ 7.1.0; level-0 ``Type`` is ``N/A`` (op type derived from the name).
+Times are converted from µs (decimal text) to integer ns exactly (``decimal.Decimal``).
+"""
+from __future__ import annotations
+
+import csv
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from tilake.lake.duck import sql_str
+from tilake.errors import TilakeError
+from tilake.ingest.profiler.names import clean_text, is_derived, op_type_or_derived
+
+_TEXT_KERNEL_COLS = ["kernel_name", "raw_op", "accelerator", "start_ns", "dur_ns", "block_dim",
+                     "input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes",
+                     "output_formats", "stream_id", "task_id", "device_id", "call_count"]
+
+
+def us_to_ns(text: Optional[str], where: str = "", allow_negative: bool = False) -> Optional[int]:
+    """``'1736408883704643.212\t'`` (µs) → ``1736408883704643212`` (ns); ``N/A``/empty → None.
+
+    Raises:
+        TilakeError: the value is not a finite decimal number (``NaN``, ``inf``, ``abc``) or is
+            negative; ``where`` (file, line, column) is named in the message.
+    """
+    if text is None:
+        return None
+    t = str(text).strip().strip('"')
+    if not t or t.upper() == "N/A":
+        return None
+    try:
+        d = Decimal(t)
+    except InvalidOperation:
+        d = None
+    if d is None or not d.is_finite() or abs(d) > Decimal(10) ** 20:
+        raise TilakeError(f"{where}: {t!r} is not a time in µs")
+    if d < 0 and not allow_negative:
+        raise TilakeError(f"{where}: negative time {t!r} µs")
+    return int((d * 1000).to_integral_value())
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    t = (text or "").strip()
+    if not t or t.upper() == "N/A":
+        return None
+    try:
+        v = int(float(t))
+    except ValueError:
+        return None
+    return None if v == 4294967295 else v
+
+
+def _count(text: Optional[str], where: str) -> int:
+    """A non-negative whole call count; raises TilakeError naming ``where`` otherwise."""
+    t = (text or "").strip()
+    if not t.isdigit():
+        raise TilakeError(f"{where}: {t!r} is not a call count")
+    return int(t)
+
+
+def read_csv(path: Path) -> Tuple[List[str], List[Dict[str, str]]]:
+    """Rows of a profiler CSV with stripped header names (BOM tolerated).
+
+    Raises:
+        TilakeError: unreadable, not CSV, or no header.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if not header:
+                raise TilakeError("empty CSV (no header line)", path=path)
+            header = [h.strip() for h in header]
+            rows = [dict(zip(header, r)) for r in reader if r]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TilakeError(f"unreadable CSV ({exc})", path=path) from exc
+    return header, rows
+
+
+def _first(row: Dict[str, str], *names: str) -> Optional[str]:
+    for n in names:
+        if n in row and row[n] is not None:
+            return row[n]
+    return None
+
+
+def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
+    """Kernel rows from the best available CSV.
+
+    Returns:
+        (source file name, rows in ``_TEXT_KERNEL_COLS`` order, evidence kind ``device`` or
+        ``host_fallback``); ``("", [], "")`` when no usable CSV exists.
+    """
+    kd = text_dir / "kernel_details.csv"
+    if kd.exists():
+        header, rows = read_csv(kd)
+        need = [("Name",), ("Start Time(us)", "Task Start Time(us)"), ("Duration(us)", "Task Duration(us)")]
+        missing = [n[0] for n in need if not any(x in header for x in n)]
+        if missing:
+            raise TilakeError(f"kernel_details.csv lacks column(s) {', '.join(missing)}", path=kd)
+        out = []
+        for line, r in enumerate(rows, start=2):
+            out.append((r.get("Name"), _first(r, "Type", "OP Type"), _first(r, "Accelerator Core", "Task Type"),
+                        us_to_ns(_first(r, "Start Time(us)", "Task Start Time(us)"), f"{kd} line {line} Start Time(us)"),
+                        us_to_ns(_first(r, "Duration(us)", "Task Duration(us)"), f"{kd} line {line} Duration(us)"),
+                        _int(_first(r, "Block Dim", "Block Num")),
+                        r.get("Input Shapes"), r.get("Input Data Types"), r.get("Input Formats"),
+                        r.get("Output Shapes"), r.get("Output Data Types"), r.get("Output Formats"),
+                        _int(r.get("Stream ID")), _int(r.get("Task ID")), _int(r.get("Device_id")), 1))
+        if out:
+            return kd.name, out, "device"
+    st = text_dir / "op_statistic.csv"
+    if st.exists():
+        header, rows = read_csv(st)
+        if "OP Type" not in header or "Count" not in header:
+            raise TilakeError("op_statistic.csv lacks OP Type/Count columns", path=st)
+        out = [(r["OP Type"], r["OP Type"], r.get("Core Type"), None,
+                us_to_ns(r.get("Total Time(us)"), f"{st} line {i} Total Time(us)"),
+                None, None, None, None, None, None, None, None, None, _int(r.get("Device_id")),
+                _count(r.get("Count"), f"{st} line {i} Count")) for i, r in enumerate(rows, start=2)]
+        if out:
+            return st.name, out, "device"
+    api = text_dir / "api_statistic.csv"
+    if api.exists():
+        header, rows = read_csv(api)
+        if "API Name" not in header:
+            raise TilakeError("api_statistic.csv has no API Name column", path=api)
+        out = []
+        for r in rows:
+            name = (r.get("API Name") or "").strip()
+            if (r.get("Level") or "").strip() != "acl" or not name.startswith("aclnn") \
+                    or name.endswith("GetWorkspaceSize"):
+                continue
+            op = name[len("aclnn"):]
+            op = op[len("Inplace"):] if op.startswith("Inplace") else op
+            out.append((name, op, "HOST_API", None, us_to_ns(r.get("Time(us)"), f"{api} Time(us) of {name}"),
+                        None, None, None, None, None, None, None, None, None, _int(r.get("Device_id")),
+                        _count(r.get("Count"), f"{api} Count of {name}")))
+        if out:
+            return api.name, out, "host_fallback"
+    return "", [], ""
+
+
+def host_op_rows(text_dir: Path) -> List[tuple]:
+    """Framework ops from ``operator_details.csv``: (name, input shapes, call stack)."""
+    od = text_dir / "operator_details.csv"
+    if not od.exists():
+        return []
+    header, rows = read_csv(od)
+    if "Name" not in header:
+        raise TilakeError("operator_details.csv has no Name column", path=od)
+    return [(r.get("Name"), r.get("Input Shapes"), r.get("Call Stack")) for r in rows]
+
+
+def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple[int, int, int, str, str]:
+    """Write kernels (``source_kind='text'``), host ops and call stacks of one text export.
+
+    Returns:
+        (kernel rows, host-op rows, call-stack frames, source CSV name, evidence kind).
+    """
+    src, rows, evidence = kernel_rows(text_dir)
+    con = writer.con
+    cid = sql_str(capture_id)
+    nk = 0
+    if rows:
+        types = [(c, "VARCHAR" if c in ("kernel_name", "raw_op", "accelerator") or c.startswith(("input", "output"))
+                  else "BIGINT") for c in _TEXT_KERNEL_COLS]
+        tk = writer.rows_table(types, (dict(zip(_TEXT_KERNEL_COLS, r)) for r in rows))
+        nk = writer.copy_query("kernels", f"""
+            SELECT {cid} AS capture_id, 'text' AS source_kind, NULL AS global_task_id, device_id, stream_id,
+                   task_id, start_ns, start_ns + dur_ns AS end_ns, dur_ns, kernel_name,
+                   {op_type_or_derived(clean_text('raw_op'), 'kernel_name')} AS op_type,
+                   {is_derived(clean_text('raw_op'))} AS op_type_derived, {clean_text('accelerator')} AS accelerator,
+                   NULL AS device_task_type, block_dim,
+                   {clean_text('input_shapes')} AS input_shapes, {clean_text('input_dtypes')} AS input_dtypes,
+                   {clean_text('input_formats')} AS input_formats, {clean_text('output_shapes')} AS output_shapes,
+                   {clean_text('output_dtypes')} AS output_dtypes, {clean_text('output_formats')} AS output_formats,
+                   NULL AS connection_id, NULL AS cann_api_name, NULL AS host_op_id, NULL AS host_op_name,
+                   NULL AS callchain_id, call_count
+            FROM "{tk}" """, partition)
+    ops = host_op_rows(text_dir)
+    nh = ns = 0
+    if ops:
+        host_rows, frames = [], []
+        for i, (name, shapes, stack) in enumerate(ops, start=1):
+            chain = i if (stack or "").strip() else None
+            host_rows.append({"capture_id": capture_id, "source_kind": "text", "host_op_id": i, "name": name,
+                              "input_shapes": (shapes or "").replace('"', "") or None, "callchain_id": chain,
+                              "call_count": 1})
+            if chain:
+                for d, fr in enumerate(x.strip() for x in stack.split(";") if x.strip()):
+                    frames.append({"capture_id": capture_id, "callchain_id": chain, "depth": d, "frame": fr})
+        nh = writer.write_rows("host_ops", host_rows, partition)
+        ns = writer.write_rows("call_stacks", frames, partition) if frames else 0
+    return nk, nh, ns, src, evidence

@@ -1,0 +1,143 @@
+"""Stage 1b of ``tilake scan``: the environment check (seed stage 1.2).
+
+Every check must pass before the script is touched or run; each failed check carries the fix.
+The facts come from the :mod:`tilake.ingest.scan.seam` probe (torch / torch_npu import, NPU count,
+``msprof`` on PATH, package versions) plus the model's ``config.json`` on disk.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+from tilake.ingest.scan.seam import NpuProbe
+from tilake.ingest.scan.script import UNKNOWN, ParsedScript
+
+NO_NPU_MESSAGE = ("torch_npu not importable: cannot run the RL script on this machine; "
+                  "run `tilake scan --from-output DIR` on recorded output")
+
+_CANN_ENV = "source /usr/local/Ascend/ascend-toolkit/set_env.sh (the CANN toolkit's environment)"
+
+
+@dataclass
+class Check:
+    """One environment check.
+
+    Attributes:
+        name: what was checked. ok: passed. detail: what was found. fix: how to make it pass
+        (None when ok). required: a failure stops the scan (False = informational).
+    """
+
+    name: str
+    ok: bool
+    detail: str
+    fix: Optional[str] = None
+    required: bool = True
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def model_config_json(model_path: str, script_dir: Path, env: Mapping[str, str]) -> Optional[Path]:
+    """The model's ``config.json``: ``<path>/config.json`` (relative paths from the script's folder),
+    or, for a hub id ``org/name``, the newest snapshot in the Hugging Face cache
+    (``$HF_HUB_CACHE`` or ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``,
+    ``models--org--name/snapshots/<rev>/config.json``). None when absent."""
+    p = Path(model_path).expanduser()
+    p = p if p.is_absolute() else script_dir / p
+    if (p / "config.json").is_file():
+        return p / "config.json"
+    if re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", model_path):
+        home = env.get("HOME") or str(Path.home())
+        hub = Path(env.get("HF_HUB_CACHE") or Path(env.get("HF_HOME") or Path(home) / ".cache" / "huggingface") / "hub")
+        snaps = hub / ("models--" + model_path.replace("/", "--")) / "snapshots"
+        found = sorted(snaps.glob("*/config.json"), key=lambda q: q.stat().st_mtime) if snaps.is_dir() else []
+        if found:
+            return found[-1]
+    return None
+
+
+def check_environment(parsed: ParsedScript, probe: NpuProbe,
+                      env: Optional[Mapping[str, str]] = None) -> List[Check]:
+    """Run the stage-1 checks for ``parsed`` against the seam's ``probe``.
+
+    Returns:
+        The checks in seed order: torch, torch_npu, NPU count, msprof, package versions
+        (megatron-core for a Megatron actor, vllm + vllm-ascend for a vLLM rollout, mbridge when
+        ``use_mbridge=True``), the model's ``config.json``.
+    """
+    cfg = parsed.config
+    py = probe.python or "python3"
+    checks: List[Check] = []
+    label = "" if probe.real else f" [{probe.seam}]"
+    checks.append(Check("import torch" + label, probe.torch is not None,
+                        f"torch {probe.torch} in {py}" if probe.torch else (probe.torch_error or "not importable"),
+                        None if probe.torch else f"install torch in {py} (the version torch_npu pins)"))
+    checks.append(Check("import torch_npu" + label, probe.torch_npu is not None,
+                        f"torch_npu {probe.torch_npu}" if probe.torch_npu else
+                        (probe.torch_npu_error or ("not tried: torch is missing" if probe.torch is None
+                                                   else "not importable")),
+                        None if probe.torch_npu else
+                        f"install torch_npu matching torch and CANN in {py}, then {_CANN_ENV}; "
+                        "without an NPU host use `tilake scan --from-output DIR`"))
+    n = probe.npu_count
+    ok = bool(n and n > 0)
+    checks.append(Check("NPUs visible (torch.npu.device_count())" + label, ok,
+                        f"{n} NPU(s)" if n is not None else (probe.npu_error or "unknown: torch_npu missing"),
+                        None if ok else "check `npu-smi info`, the driver, and ASCEND_RT_VISIBLE_DEVICES"))
+    need = cfg.get("n_gpus_per_node")
+    if ok and isinstance(need, int) and need > n:
+        checks.append(Check("enough NPUs for trainer.n_gpus_per_node", False,
+                            f"the script asks for {need} per node, {n} visible",
+                            f"lower trainer.n_gpus_per_node to {n} or widen ASCEND_RT_VISIBLE_DEVICES"))
+    checks.append(Check("msprof on PATH" + label, probe.msprof is not None,
+                        probe.msprof or "not found", None if probe.msprof else _CANN_ENV))
+
+    pk = probe.packages or {}
+    wanted: List[tuple] = []
+    if cfg.get("train_backend") == "megatron":
+        wanted.append(("megatron-core", True, "the Megatron actor"))
+    if cfg.get("infer_backend") == "vllm":
+        wanted += [("vllm", True, "the vLLM rollout"), ("vllm-ascend", True, "vLLM on Ascend")]
+    mb = cfg.get("hydra_overrides", {}).get("actor_rollout_ref.actor.megatron.use_mbridge")
+    wanted.append(("mbridge", str(mb).strip("'\"") == "True", "use_mbridge=True"))
+    for dist, required, why in wanted:
+        v = pk.get(dist)
+        checks.append(Check(f"{dist} installed ({why})" + label, v is not None, f"{dist} {v}" if v else "not installed",
+                            None if v else f"pip install {dist} (the version your verl release pins) in {py}",
+                            required=required))
+
+    mp = cfg.get("model_path", UNKNOWN)
+    if mp == UNKNOWN:
+        checks.append(Check("model config.json", False, "model path unknown: " + parsed.sources.get("model_path", ""),
+                            "set actor_rollout_ref.model.path (or MODEL_PATH) to a local model folder"))
+    else:
+        cj = model_config_json(str(mp), parsed.path.parent, env or {})
+        ok = cj is not None
+        looked = Path(str(mp)).expanduser()
+        looked = looked if looked.is_absolute() else parsed.path.parent / looked
+        checks.append(Check("model config.json", ok, f"{cj} exists" if ok else f"{looked / 'config.json'} not found",
+                            None if ok else f"download the model to a local folder and point "
+                            f"actor_rollout_ref.model.path / MODEL_PATH at it (looked for {looked / 'config.json'}"
+                            " and in the Hugging Face cache)"))
+    return checks
+
+
+def failed(checks: List[Check]) -> List[Check]:
+    """The required checks that did not pass."""
+    return [c for c in checks if c.required and not c.ok]
+
+
+def tool_versions(probe: NpuProbe) -> Dict[str, Any]:
+    """``runs.tool_versions`` JSON content from a probe (seam name and realness included)."""
+    out: Dict[str, Any] = {k: v for k, v in (probe.packages or {}).items() if v}
+    if probe.torch:
+        out["torch"] = probe.torch
+    if probe.torch_npu:
+        out["torch_npu"] = probe.torch_npu
+    out["npu_seam"] = probe.seam
+    out["npu_seam_real"] = probe.real
+    if probe.msprof_default_db is not None:
+        out["msprof_text_exports_db"] = probe.msprof_default_db
+    return out

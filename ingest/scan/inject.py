@@ -1,0 +1,229 @@
+"""Stages 1c and 2 of ``tilake scan``: back the script up, then add the profiler block.
+
+Backup: ``<script>.bak_<YYYYmmdd_HHMM>`` beside the script, byte-identical (verified after the
+copy; file mode kept). A backup that is already byte-identical to the current script is reused
+instead of writing another one.
+
+Injection (seed stage 2.2, verl ``global_profiler`` keys of reference doc §4.1): when the script
+has no profiler configuration, insert before the launch command an output folder
+(``PROFILER_OUTPUT_DIR``, default ``<script dir>/profiler_output``, cleaned and re-created) and a
+``PROFILER=( ... )`` array, then append ``"${PROFILER[@]}"`` to the launch command's arguments
+(before a trailing ``"$@"``, so the user's own arguments still win). Every other byte of the
+script is kept exactly as it was (quoting, continuations, comments). Running it again changes
+nothing: a script that already has a profiler configuration is left alone.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import stat
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from tilake.errors import TilakeError
+from tilake.ingest.scan.script import ParsedScript
+
+BLOCK_BEGIN = "# >>> tilake scan: profiler block"
+BLOCK_END = "# <<< tilake scan <<<"
+
+#: contents collected for every role: npu+cpu kernels, framework shapes, python call stacks
+PROFILER_CONTENTS = "['npu','cpu','shapes','stack']"
+
+
+def profiler_args(save_path_expr: str = "${PROFILER_OUTPUT_DIR}") -> List[str]:
+    """The verl overrides of the injected ``PROFILER`` array, as written in the script.
+
+    Training (actor, ref): e2e NPU profiler at level1 (op types collected); rollout: the same plus
+    ``tool=npu`` and ``discrete=True`` so vLLM's own torch_npu profiler writes raw ``*_ascend_pt``
+    folders under ``agent_loop_rollout_replica_*`` (seed §2.2–2.4).
+    """
+    c = f'"{PROFILER_CONTENTS}"'
+    out = ["global_profiler.tool=npu", '"global_profiler.steps=[1]"',
+           f'global_profiler.save_path="{save_path_expr}"']
+    for role in ("actor", "ref"):
+        out += [f"actor_rollout_ref.{role}.profiler.enable=True",
+                f"actor_rollout_ref.{role}.profiler.tool_config.npu.contents={c}",
+                f"actor_rollout_ref.{role}.profiler.tool_config.npu.level=level1"]
+    out += ["actor_rollout_ref.rollout.profiler.enable=True",
+            "actor_rollout_ref.rollout.profiler.tool=npu",
+            f"actor_rollout_ref.rollout.profiler.tool_config.npu.contents={c}",
+            "actor_rollout_ref.rollout.profiler.tool_config.npu.level=level1",
+            "actor_rollout_ref.rollout.profiler.tool_config.npu.discrete=True"]
+    return out
+
+
+#: the values the stand-in RL script and the tests expect to receive (after bash quote removal)
+EXPECTED_PROFILER_VALUES = {
+    "global_profiler.tool": "npu",
+    "global_profiler.steps": "[1]",
+    "actor_rollout_ref.actor.profiler.enable": "True",
+    "actor_rollout_ref.actor.profiler.tool_config.npu.contents": PROFILER_CONTENTS,
+    "actor_rollout_ref.actor.profiler.tool_config.npu.level": "level1",
+    "actor_rollout_ref.ref.profiler.enable": "True",
+    "actor_rollout_ref.ref.profiler.tool_config.npu.contents": PROFILER_CONTENTS,
+    "actor_rollout_ref.ref.profiler.tool_config.npu.level": "level1",
+    "actor_rollout_ref.rollout.profiler.enable": "True",
+    "actor_rollout_ref.rollout.profiler.tool": "npu",
+    "actor_rollout_ref.rollout.profiler.tool_config.npu.contents": PROFILER_CONTENTS,
+    "actor_rollout_ref.rollout.profiler.tool_config.npu.level": "level1",
+    "actor_rollout_ref.rollout.profiler.tool_config.npu.discrete": "True",
+}
+
+
+def _dq(text: str) -> str:
+    """``text`` escaped for a bash double-quoted string."""
+    return "".join("\\" + ch if ch in '"$`\\' else ch for ch in text)
+
+
+# ------------------------------------------------------------------------------ checks
+def fs_read_only(path: Path) -> bool:
+    """True when ``path``'s filesystem is mounted read-only (``statvfs`` ``ST_RDONLY``)."""
+    try:
+        return bool(os.statvfs(path).f_flag & getattr(os, "ST_RDONLY", 1))
+    except OSError:
+        return False
+
+
+def check_writable(script: Path) -> None:
+    """Refuse a script that is read-only (no write bit, or not writable) or on a read-only FS.
+
+    Raises:
+        TilakeError: naming the script and how to fix it. Nothing is written.
+    """
+    if fs_read_only(script.parent):
+        raise TilakeError("the script is on a read-only filesystem: cannot back it up, add the "
+                          "profiler block or write profiler_output/ beside it", path=script,
+                          hint="copy the script and its folder to a writable place and scan the copy")
+    mode = script.stat().st_mode
+    if not (mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) or not os.access(script, os.W_OK):
+        raise TilakeError("the script is read-only: stopping before any change or run", path=script,
+                          hint=f"make it writable (chmod u+w {script.name}) or scan a copy")
+    if not os.access(script.parent, os.W_OK | os.X_OK):
+        raise TilakeError("the script's folder is not writable (backup and profiler_output go there)",
+                          path=script.parent)
+
+
+# ------------------------------------------------------------------------------ backup
+def backup_script(script: Path, now: Optional[datetime] = None) -> Tuple[Path, bool]:
+    """Back up ``script`` byte-identically as ``<script>.bak_<YYYYmmdd_HHMM>``.
+
+    Returns:
+        ``(backup path, created)``; ``created`` is False when an existing byte-identical backup
+        was reused (a name collision with different content gets ``_2``, ``_3``... appended).
+    Raises:
+        TilakeError: the backup cannot be written or does not read back identical.
+    """
+    data = script.read_bytes()
+    for old in sorted(script.parent.glob(script.name + ".bak_*")):
+        try:
+            if old.is_file() and old.read_bytes() == data:
+                return old, False
+        except OSError:
+            continue
+    stamp = (now or datetime.now()).strftime("%Y%m%d_%H%M")
+    target = script.with_name(f"{script.name}.bak_{stamp}")
+    k = 2
+    while target.exists():
+        target = script.with_name(f"{script.name}.bak_{stamp}_{k}")
+        k += 1
+    tmp = script.with_name(f".{script.name}.tilake-{uuid.uuid4().hex}")
+    try:
+        shutil.copy2(script, tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise TilakeError(f"cannot write the backup {target.name}: {exc.strerror}", path=script,
+                          hint="the script's folder must be writable") from exc
+    if target.read_bytes() != data:  # pragma: no cover - would mean a broken filesystem
+        raise TilakeError(f"backup {target.name} does not match the script byte for byte", path=script)
+    return target, True
+
+
+# ------------------------------------------------------------------------------ injection
+@dataclass
+class InjectionPlan:
+    """What stage 2 will do (or did).
+
+    Attributes:
+        changed: True when the script gets a profiler block. reason: why (not).
+        new_text: the script text after injection (== original when not changed).
+        output_dir_expr: the ``PROFILER_OUTPUT_DIR`` default written into the block.
+        block: the inserted block text ("" when not changed).
+    """
+
+    changed: bool
+    reason: str
+    new_text: str
+    output_dir_expr: str
+    block: str
+
+
+def plan_injection(parsed: ParsedScript, stamp: Optional[str] = None,
+                   backup_name: Optional[str] = None) -> InjectionPlan:
+    """Compute the injected script text without writing anything.
+
+    Args:
+        parsed: the parsed script (its ``text`` and launch-command offsets are used).
+        stamp: time stamp written in the marker comment. backup_name: shown in the marker.
+    """
+    text = parsed.text
+    default_dir = str(parsed.path.parent / "profiler_output")
+    if BLOCK_BEGIN in text:
+        return InjectionPlan(False, "the script already holds a tilake profiler block", text, default_dir, "")
+    if parsed.profiler["present"]:
+        return InjectionPlan(False, "the script already has a profiler configuration ("
+                             + "; ".join(parsed.profiler["evidence"]) + ")", text, default_dir, "")
+    nl = "\r\n" if "\r\n" in text else "\n"
+    launch = parsed.launch
+    first = launch.words[0]
+    line_start = text.rfind("\n", 0, first.start) + 1
+    indent = text[line_start:first.start]
+    indent = indent if indent.strip() == "" else ""
+    note = f" (added {stamp or datetime.now().strftime('%Y-%m-%d %H:%M')}"
+    note += f"; original kept as {backup_name})" if backup_name else ")"
+    lines = [
+        f"{BLOCK_BEGIN}{note} >>>",
+        f'PROFILER_OUTPUT_DIR=${{PROFILER_OUTPUT_DIR:-"{_dq(default_dir)}"}}',
+        'rm -rf "${PROFILER_OUTPUT_DIR}" 2>/dev/null || true',
+        'mkdir -p "${PROFILER_OUTPUT_DIR}"',
+        "# training path: e2e profiler (DB); inference path: discrete=True -> raw *_ascend_pt, analyse() later",
+        "PROFILER=(",
+        *[f"    {a}" for a in profiler_args()],
+        ")",
+        BLOCK_END,
+    ]
+    block = "".join(f"{indent}{ln}{nl}" if ln else nl for ln in lines)
+    if launch.insert_indent is not None:
+        arg = f" \\{nl}{launch.insert_indent}\"${{PROFILER[@]}}\""
+    else:
+        arg = ' "${PROFILER[@]}"'
+    at = launch.insert_at
+    new_text = text[:line_start] + block + text[line_start:at] + arg + text[at:]
+    return InjectionPlan(True, "no profiler configuration found: block inserted before line "
+                         f"{launch.line}", new_text, default_dir, block)
+
+
+def write_script(script: Path, new_text: str) -> None:
+    """Replace the script's content atomically (temp file + rename), keeping its mode.
+
+    Raises:
+        TilakeError: the folder or script cannot be written.
+    """
+    tmp = script.with_name(f".{script.name}.tilake-{uuid.uuid4().hex}")
+    try:
+        tmp.write_bytes(new_text.encode("utf-8"))
+        shutil.copymode(script, tmp)
+        os.replace(tmp, script)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise TilakeError(f"cannot write the script: {exc.strerror}", path=script) from exc
+
+
+def unified_diff(old_text: str, new_text: str, old_name: str, new_name: str) -> str:
+    """Unified diff (3 lines of context) between two script texts."""
+    return "".join(difflib.unified_diff(old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                        fromfile=old_name, tofile=new_name))

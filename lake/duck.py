@@ -1,0 +1,62 @@
+"""DuckDB connections with the SQLite scanner loaded from its wheel, never downloaded.
+
+The extension file ships in the ``duckdb-extension-sqlite-scanner`` package
+(``duckdb_extension_sqlite_scanner/extensions/v<version>/sqlite_scanner.duckdb_extension``);
+auto-install and auto-load are switched off so no network access can happen at run time.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+import duckdb
+
+from tilake.errors import TilakeError
+
+_NO_NETWORK = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+
+
+def sqlite_extension_path() -> str:
+    """Path of the sqlite_scanner extension file shipped by ``duckdb-extension-sqlite-scanner``.
+
+    Raises:
+        TilakeError: the package is missing or holds no extension for this DuckDB version.
+    """
+    try:
+        import duckdb_extension_sqlite_scanner as pkg
+    except ImportError as exc:  # pragma: no cover - install problem
+        raise TilakeError("the duckdb-extension-sqlite-scanner package is not installed",
+                          hint="pip install duckdb-extension-sqlite-scanner==" + duckdb.__version__) from exc
+    base = os.path.join(os.path.dirname(pkg.__file__), "extensions")
+    exact = os.path.join(base, "v" + duckdb.__version__, "sqlite_scanner.duckdb_extension")
+    if os.path.exists(exact):
+        return exact
+    found = sorted(glob.glob(os.path.join(base, "*", "sqlite_scanner.duckdb_extension")))
+    if not found:
+        raise TilakeError("no sqlite_scanner extension file inside duckdb-extension-sqlite-scanner", path=base)
+    return found[-1]
+
+
+def connect(database: Optional[Union[str, Path]] = None, read_only: bool = False,
+            sqlite: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB connection with network extension loading disabled.
+
+    Args:
+        database: DuckDB file, or None for in-memory.
+        read_only: open the file read-only (reports and ``tilake sql`` use this).
+        sqlite: load the SQLite scanner from its wheel.
+    Returns:
+        A DuckDB connection.
+    """
+    con = duckdb.connect(str(database) if database else ":memory:", read_only=read_only,
+                         config=dict(_NO_NETWORK))
+    if sqlite:
+        con.execute(f"LOAD '{sqlite_extension_path()}'")
+    return con
+
+
+def sql_str(value: Union[str, Path]) -> str:
+    """Quote a value as a SQL string literal (single quotes doubled)."""
+    return "'" + str(value).replace("'", "''") + "'"

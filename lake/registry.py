@@ -1,0 +1,355 @@
+"""The run registry across runs: list runs, remove a run, rebuild safely beside readers.
+
+Every ingest writes one ``runs`` row (``ingest/schema.py``: model id and family, step, parsed RL
+config, tool versions, host, created_at, tags); a dump analysis writes one ``dump_runs`` row.
+This module reads those raw tables (not the warehouse, so listing works before any build and
+never touches the warehouse lock) and removes runs.
+
+Readers and the writer never share ``warehouse.duckdb``. DuckDB locks a database file per
+process: a read-write open fails while another process holds it read-only ("Could not set lock
+on file ... Conflicting lock is held"), and a read-only open fails while a writer holds it. So
+:func:`build_swapped` copies the warehouse into ``<lake>/.build/warehouse.duckdb`` (same file
+name, so the catalog name that dbt writes into view definitions stays ``warehouse``), runs dbt
+on the copy with a generated profile, then ``os.replace``-s it over ``warehouse.duckdb``.
+A reader that already has the old file open keeps reading the old snapshot (the inode lives
+until it closes); a reader opening afterwards sees the new one; neither blocks the build.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import yaml
+
+from tilake.lake import schema
+from tilake.lake.duck import connect, sql_str
+from tilake.errors import TilakeError
+from tilake.lake.store import Lake, raw_source, validate_run_id
+from tilake.lake.warehouse import build_swapped
+
+UNKNOWN = "unknown"
+
+# tools whose versions the registry shows first (names normalised: lower case, '_' -> '-')
+KNOWN_TOOLS = ("torch-npu", "cann", "vllm", "vllm-ascend", "megatron-core", "msprobe", "torch")
+
+
+def normalise_tool(name: str) -> str:
+    """Tool name as the trend marts key it: lower case, ``_`` → ``-`` (``torch_npu`` → ``torch-npu``)."""
+    return str(name).strip().lower().replace("_", "-")
+
+
+def model_family_for(model_path: Optional[Union[str, Path]] = None, model_id: Optional[str] = None) -> Tuple[str, str]:
+    """``(family, source)`` of a model for the ``runs.model_family`` column.
+
+    The family is the model's ``config.json`` ``model_type`` (HuggingFace config; ``qwen3_moe`` →
+    ``qwen3``, the part before the first ``_``), else the leading letters+version of the model id's
+    last path part (``Qwen/Qwen3-0.6B`` → ``qwen3``), else ``unknown``. ``source`` says which.
+
+    Args:
+        model_path: a model folder (holding ``config.json``) or the ``config.json`` file itself.
+        model_id: e.g. ``Qwen/Qwen3-0.6B``.
+    Raises:
+        nothing: an unreadable or malformed ``config.json`` falls through to the model id.
+    """
+    if model_path:
+        p = Path(model_path).expanduser()
+        cj = p if p.name == "config.json" else p / "config.json"
+        try:
+            mt = json.loads(cj.read_text(encoding="utf-8")).get("model_type")
+            if mt:
+                return str(mt).split("_")[0].lower(), f"model_type in {cj}"
+        except (OSError, ValueError, AttributeError):
+            pass
+    if model_id and model_id != UNKNOWN:
+        m = re.match(r"[a-z]+(?:\d+(?:\.\d+)?)?", str(model_id).rstrip("/").split("/")[-1].lower())
+        if m:
+            return m.group(0), "model id"
+    return UNKNOWN, "model unknown"
+
+
+# ---------------------------------------------------------------------------------- listing
+
+_LIST_SQL = """
+with r as (
+    select * from {runs}
+    qualify row_number() over (partition by run_id order by created_at desc nulls last) = 1
+),
+d as (
+    select run_id, created_at, verdict, consistency
+    from {dumps}
+    qualify row_number() over (partition by run_id order by created_at desc nulls last) = 1
+),
+c as (
+    select run_id,
+           coalesce(sum(kernel_count) filter (where side = 'train'), 0) as train_kernels,
+           coalesce(sum(kernel_count) filter (where side = 'infer'), 0) as infer_kernels,
+           count(*) as captures,
+           count(*) filter (where status not in ('ok', 'host_fallback')) as captures_not_usable
+    from {captures}
+    group by run_id
+),
+ids as (select run_id from r union select run_id from d)
+select ids.run_id, r.run_id is not null as has_profile, d.run_id is not null as has_dumps,
+       r.model_id, r.model_family, r.step, r.host, r.kind, r.tool_versions, r.tags,
+       coalesce(r.created_at, d.created_at) as created_at,
+       c.train_kernels, c.infer_kernels, c.captures, c.captures_not_usable,
+       d.verdict as dump_verdict, d.consistency as dump_consistency
+from ids left join r using (run_id) left join d using (run_id) left join c using (run_id)
+order by created_at, run_id
+"""
+
+
+def _json_obj(text: Optional[str]) -> Dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def tool_versions_of(tool_versions: Optional[str], tags: Optional[str]) -> Dict[str, str]:
+    """Scalar tool versions of a ``runs`` row: ``tool_versions`` JSON plus ``tool.<name>`` tags (tag wins).
+
+    Same rule as the dbt model ``int_run_tool_versions_unnested``. Names normalised by
+    :func:`normalise_tool`; keys starting with ``_`` and non-scalar values are skipped.
+    """
+    out: Dict[str, str] = {}
+    for k, v in _json_obj(tool_versions).items():
+        if not str(k).startswith("_") and isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "":
+            out[normalise_tool(k)] = str(v)
+    for k, v in _json_obj(tags).items():
+        if str(k).lower().startswith("tool.") and isinstance(v, (str, int, float)) and v != "":
+            out[normalise_tool(str(k)[5:])] = str(v)
+    return out
+
+
+_WAREHOUSE_SQL = """
+select r.run_id, r.has_profile, r.has_dumps, r.model_id, r.model_family, r.step, r.host, r.kind,
+       r.tool_versions, r.tags, r.created_at,
+       sum(h.kernels) filter (where h.side = 'train') as train_kernels,
+       sum(h.kernels) filter (where h.side = 'infer') as infer_kernels,
+       sum(h.captures) as captures,
+       sum(h.captures - h.captures_ok - h.captures_host_fallback) as captures_not_usable,
+       r.dump_verdict, r.dump_consistency
+from fct_run_registry r
+left join fct_run_capture_health h on h.run_id = r.run_id
+group by all
+order by r.created_at, r.run_id
+"""
+
+
+def warehouse_is_current(lake: Lake) -> bool:
+    """True when no run was ingested, re-ingested or removed since the warehouse was last written.
+
+    Every run write or removal renames a folder inside ``raw/runs``, ``raw/dump_runs`` or
+    ``raw/captures`` (:mod:`tilake.lake.store`), which updates that folder's mtime; a build
+    writes ``warehouse.duckdb`` afterwards (both under the lake's writer lock).
+    """
+    try:
+        built = lake.warehouse.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    for t in ("runs", "dump_runs", "captures"):
+        d = lake.raw / t
+        if d.is_dir() and d.stat().st_mtime > built:
+            return False
+    return True
+
+
+def _from_warehouse(lake: Lake) -> Optional[List[Dict[str, Any]]]:
+    import duckdb
+
+    try:
+        con = connect(lake.warehouse, read_only=True)
+    except duckdb.Error:
+        return None          # held by a writer that does not swap: read the raw tables instead
+    try:
+        cur = con.execute(_WAREHOUSE_SQL)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+    except duckdb.Error:
+        return None          # built before the trend marts existed
+    finally:
+        con.close()
+
+
+def list_runs(lake: Lake, source: str = "auto") -> List[Dict[str, Any]]:
+    """Every run of the lake, oldest first.
+
+    Args:
+        source: ``raw`` reads the raw ``runs``/``dump_runs``/``captures`` Parquet (always current,
+            works before any build; ~6 s for 1 000 runs); ``warehouse`` reads ``fct_run_registry``
+            and ``fct_run_capture_health`` (milliseconds); ``auto`` uses the warehouse when
+            :func:`warehouse_is_current`, else raw.
+
+    The model family falls back to the model id's leading name and the step to a ``step`` tag,
+    as in the registry mart.
+
+    Returns:
+        dicts with ``run_id, has_profile, has_dumps, model_id, model_family, step, host, kind,
+        tool_versions`` (dict, see :func:`tool_versions_of`), ``tags`` (dict, ``tool.*`` excluded),
+        ``created_at`` (naive UTC datetime), ``train_kernels, infer_kernels, captures,
+        captures_not_usable, dump_verdict, dump_consistency``. Empty list for an empty/missing lake.
+    Raises:
+        TilakeError: the raw tables cannot be read (message names the lake).
+    """
+    if not (lake.raw / "runs").is_dir() and not (lake.raw / "dump_runs").is_dir():
+        return []
+    rows = None
+    if source == "warehouse" or (source == "auto" and warehouse_is_current(lake)):
+        rows = _from_warehouse(lake)
+    if rows is None:
+        rows = _list_raw(lake)
+    for r in rows:
+        r["tool_versions"] = tool_versions_of(r.pop("tool_versions"), r.get("tags"))
+        r["tags"] = {k: v for k, v in _json_obj(r.get("tags")).items() if not str(k).lower().startswith("tool.")}
+        # same fills as the dbt model int_runs_versioned: family from the model id, step from a tag
+        if r["has_profile"] and (r["model_family"] or UNKNOWN) == UNKNOWN and (r["model_id"] or UNKNOWN) != UNKNOWN:
+            r["model_family"] = model_family_for(None, r["model_id"])[0]
+        if r["step"] is None and str(r["tags"].get("step", "")).strip().lstrip("-").isdigit():
+            r["step"] = int(str(r["tags"]["step"]).strip())
+    return rows
+
+
+def _list_raw(lake: Lake) -> List[Dict[str, Any]]:
+    sql = _LIST_SQL.format(runs=raw_source(lake, "runs"), dumps=raw_source(lake, "dump_runs"),
+                           captures=raw_source(lake, "captures"))
+    last: Optional[Exception] = None
+    for _ in range(3):  # a concurrent ingest may swap a partition folder between glob and read
+        con = connect()
+        try:
+            con.execute("SET enable_progress_bar = false")
+            cur = con.execute(sql)
+            cols = [d[0] for d in cur.description]
+            rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+            break
+        except Exception as exc:  # duckdb.IOException / InvalidInputException mid-swap
+            last = exc
+            time.sleep(0.2)
+        finally:
+            con.close()
+    else:
+        raise TilakeError(f"cannot read the run registry: {str(last).splitlines()[0]}", path=lake.raw)
+    return rows
+
+
+def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Path] = None) -> None:
+    """Render :func:`list_runs` output as a rich table (one row per run); an empty lake names its folder."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    if not runs:
+        where = f" ({lake_root})" if lake_root else ""
+        console.print(f"no runs in this lake{where} yet (tilake ingest / tilake run / tilake dumps analyze --run-id "
+                      "add them; another lake: --lake DIR or TILAKE_LAKE)", soft_wrap=True)
+        return
+    rows = []
+    for r in runs:
+        tools = r["tool_versions"]
+        shown = [f"{k} {tools[k]}" for k in KNOWN_TOOLS if k in tools]
+        shown += [f"{k} {v}" for k, v in sorted(tools.items()) if k not in KNOWN_TOOLS]
+        caps = "" if not (r["has_profile"] and r["captures"]) else (
+            f"{r['captures']}" + (f" ({r['captures_not_usable']} not usable)" if r["captures_not_usable"] else ""))
+        rows.append({
+            "run": r["run_id"], "model": r["model_id"] or "", "family": r["model_family"] or "",
+            "step": "" if r["step"] is None else str(r["step"]), "tools": ", ".join(shown),
+            "host": r["host"] or "",
+            "created (UTC)": r["created_at"].strftime("%Y-%m-%d %H:%M:%S") if r["created_at"] else "",
+            "tags": ", ".join(f"{k}={v}" for k, v in sorted(r["tags"].items())),
+            "kernels train/infer": f"{r['train_kernels']}/{r['infer_kernels']}" if caps else "",
+            "captures": caps, "dumps": (r["dump_verdict"] or "") if r["has_dumps"] else ""})
+    optional = {"step", "tools", "tags", "dumps", "model", "host"}
+    cols = [c for c in rows[0] if c not in optional or any(row[c] for row in rows)]
+    t = Table(title=f"{len(runs)} run(s)")
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("step", "kernels train/infer", "captures") else "left",
+                     overflow="fold")
+    for row in rows:
+        t.add_row(*[row[c] for c in cols])
+    console.print(t)
+
+
+def run_tables(lake: Lake, run_id: str) -> List[str]:
+    """Raw tables holding a partition of ``run_id``."""
+    validate_run_id(run_id)
+    return [t for t in schema.TABLES if (lake.raw / t / f"run_id={run_id}").is_dir()]
+
+
+def remove_run(lake: Lake, run_id: str, rebuild: bool = True):
+    """Delete every raw partition of ``run_id`` and rebuild the warehouse (via :func:`build_swapped`).
+
+    Returns:
+        ``(tables_removed: list[str], build_result | None)``.
+    Raises:
+        TilakeError: invalid id, or no partition of that run exists (lake unchanged);
+        LakeBusyError: another writer holds the lake.
+    """
+    validate_run_id(run_id)
+    with lake.locked():
+        tables = run_tables(lake, run_id)
+        if not tables:
+            known = [r for r in sorted({p.name.split("=", 1)[1] for t in schema.TABLES
+                                        for p in (lake.raw / t).glob("run_id=*")})][:5]
+            raise TilakeError(f"no run {run_id!r} in this lake", path=lake.root,
+                              hint=("runs: " + ", ".join(known) + (" …" if len(known) == 5 else "")) if known
+                              else "the lake has no runs")
+        lake.remove_run(run_id, hold_lock=False)
+        res = build_swapped(lake, hold_lock=False) if rebuild else None
+    return tables, res
+
+
+# ---------------------------------------------------------------------------------- two runs
+
+DIFF_QUERIES = {
+    "kernels": ("select side, op_type, change, base_calls, run_calls, category, module, base_evidence, run_evidence "
+                "from fct_change_kernels_any where base_run_id = ? and run_id = ? order by side, change, op_type"),
+    "grades": ("select module, base_grade, run_grade, change from fct_change_grades_any "
+               "where base_run_id = ? and run_id = ? order by module"),
+    "divergence": ("select base_boundary, run_boundary, base_position, run_position, position_delta, movement "
+                   "from fct_change_divergence_any where base_run_id = ? and run_id = ?"),
+}
+
+
+def diff_runs(lake: Lake, base_run_id: str, run_id: str) -> Dict[str, Tuple[List[str], List[tuple]]]:
+    """What changed from ``base_run_id`` to ``run_id``: kernels added/removed per side, grades that
+    changed, first divergence movement (the ``fct_change_*_any`` views, read-only).
+
+    Returns:
+        ``{"kernels"|"grades"|"divergence": (columns, rows)}``; divergence rows are empty when
+        neither run has a dump analysis.
+    Raises:
+        TilakeError: unknown run id (not in ``fct_run_registry``), no warehouse, DuckDB errors.
+    """
+    import duckdb
+
+    from tilake.lake.sql import duckdb_error_line, open_readonly
+
+    for r in (base_run_id, run_id):
+        validate_run_id(r)
+    con = open_readonly(lake, "")
+    try:
+        try:
+            known = {r[0] for r in con.execute("select run_id from fct_run_registry where run_id in (?, ?)",
+                                               [base_run_id, run_id]).fetchall()}
+            missing = [r for r in (base_run_id, run_id) if r not in known]
+            if missing:
+                raise TilakeError(f"run {missing[0]!r} is not in the warehouse",
+                                  hint="`tilake runs` lists runs; `tilake build` after an ingest")
+            out = {}
+            for name, sql in DIFF_QUERIES.items():
+                cur = con.execute(sql, [base_run_id, run_id])
+                out[name] = ([d[0] for d in cur.description], cur.fetchall())
+            return out
+        except duckdb.Error as exc:
+            raise TilakeError(duckdb_error_line(exc), path=lake.warehouse)
+    finally:
+        con.close()

@@ -1,0 +1,274 @@
+"""Run the bundled dbt project against a lake, in-process (``dbtRunner``).
+
+The project folder ships inside the package (``tilake/dbt_project``); dbt's ``target/`` and
+logs go to ``<lake>/.dbt/`` so an installed package is never written to. ``TILAKE_LAKE`` is set
+for the profile and the sources. Plain ``dbt build`` from a shell works too::
+
+    cd dbt_project && TILAKE_LAKE=/abs/lake dbt build --profiles-dir .
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import yaml
+
+from tilake.errors import TilakeError
+from tilake.lake.duck import connect
+from tilake.lake.store import Lake
+
+PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt_project"
+_FINGERPRINTED = ("models", "macros", "seeds", "dbt_project.yml")
+
+
+def project_fingerprint() -> str:
+    """sha256 (hex) over the dbt project's models, macros, seeds and ``dbt_project.yml`` (paths + bytes)."""
+    h = hashlib.sha256()
+    for top in _FINGERPRINTED:
+        p = PROJECT_DIR / top
+        files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+        for f in files:
+            h.update(f.relative_to(PROJECT_DIR).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+_SAFE_PATH = re.compile(r"^[\w./ @%+=,:~-]+$")
+
+
+def dbt_lake_root(root: Path) -> Path:
+    """The lake root as handed to dbt (``TILAKE_LAKE``, profile path, source globs).
+
+    dbt renders the profile with Jinja, dbt-duckdb fills ``external_location`` with ``str.format``,
+    and DuckDB reads the source path as a glob inside a SQL string, so ``'``, ``{}``, ``[]``, ``*``,
+    ``?`` or ``\\`` in the path break the build or, worse, make a glob match another folder
+    (``/data/z[12]`` reads ``/data/z1``). Such a root is handed over as a symlink
+    ``~/.cache/tilake/lake-links/<sha256 of the path, 16 hex>`` (``$XDG_CACHE_HOME`` honoured;
+    the system temp folder if that path is itself unsafe); the link stays, so the staging views
+    in the warehouse keep resolving. A safe path is returned unchanged.
+
+    Raises:
+        TilakeError: no safe folder for the link exists.
+    """
+    text = str(root)
+    if _SAFE_PATH.match(text):
+        return root
+    import tempfile
+    import uuid
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilake" / "lake-links"
+    for base in (cache, Path(tempfile.gettempdir()) / "tilake-lake-links"):
+        if not _SAFE_PATH.match(str(base)):
+            continue
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            link = base / hashlib.sha256(text.encode()).hexdigest()[:16]
+            if not (link.is_symlink() and os.readlink(link) == text):
+                tmp = base / f".{link.name}.{uuid.uuid4().hex}"
+                os.symlink(text, tmp)
+                os.replace(tmp, link)
+            return link
+        except OSError:
+            continue
+    raise TilakeError("the lake path has characters dbt/DuckDB cannot take in a path (' { } [ ] * ? \\) "
+                      "and no folder for a safe link could be made", path=root,
+                      hint="use a lake folder without those characters")
+
+
+def with_ancestors(select: Sequence[str]) -> List[str]:
+    """dbt selectors with their ancestors (``fct_x`` → ``+fct_x``; ``+x``, ``@x``, ``2+x`` kept).
+
+    The per-run marts are incremental tables fed by other incremental tables and by
+    ``int_runs_versioned`` (which runs are due): building a mart without its ancestors after an
+    ingest would recompute it from stale upstream tables (or not at all) and report success.
+    """
+    return [s if s[:1] in ("+", "@") or s[:1].isdigit() else "+" + s for s in select]
+
+
+def warehouse_project_sha(warehouse: Path) -> Optional[str]:
+    """The project fingerprint recorded in ``warehouse`` by its last whole-project build without errors.
+
+    Returns None when the warehouse does not exist; ``""`` when it has no record (built by an older
+    tilake, by a plain ``dbt build`` without the var, or a build that failed).
+    """
+    if not warehouse.exists():
+        return None
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(warehouse), read_only=True)
+    except duckdb.Error:
+        return ""
+    try:
+        return con.execute("select project_sha256 from main.tilake_project_state").fetchone()[0] or ""
+    except duckdb.Error:
+        return ""
+    finally:
+        con.close()
+
+
+@contextlib.contextmanager
+def _env(**values: str):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class BuildResult:
+    """Outcome of one dbt invocation.
+
+    Attributes:
+        success: dbt's own verdict. nodes: list of (node name, resource type, status, message).
+        failures: the nodes whose status is error/fail. warnings: nodes with status warn.
+        full_refresh: whether incremental models were rebuilt from scratch (asked, or chosen by
+        :func:`dbt_build` because the project changed).
+    """
+
+    def __init__(self, success: bool, nodes: List[tuple]) -> None:
+        self.success = success
+        self.nodes = nodes
+        self.failures = [n for n in nodes if n[2] in ("error", "fail", "runtime error")]
+        self.warnings = [n for n in nodes if n[2] == "warn"]
+        self.full_refresh = False
+
+
+def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]] = None,
+              full_refresh: bool = False, extra: Optional[Sequence[str]] = None,
+              hold_lock: bool = True, progress: bool = True) -> BuildResult:
+    """Run ``dbt <command>`` (build by default) on ``lake``; returns a :class:`BuildResult`.
+
+    Args:
+        lake: the lake (its warehouse.duckdb is written; the writer lock is held).
+        command: dbt sub-command (build, run, test, seed).
+        select: optional ``--select`` arguments; each also selects its ancestors (:func:`with_ancestors`).
+        full_refresh: rebuild incremental models from scratch. Also chosen automatically for a whole
+            project build (no ``select``) when the warehouse was built by another version of the dbt
+            project (:func:`project_fingerprint` differs from the recorded one): incremental tables
+            must not keep rows computed by old models or seeds.
+    Raises:
+        TilakeError: dbt could not start (bad project or profile); LakeBusyError.
+    """
+    from dbt.cli.main import dbtRunner
+
+    dbt_dir = lake.root / ".dbt"
+    args = [command, "--project-dir", str(PROJECT_DIR), "--profiles-dir", str(PROJECT_DIR),
+            "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
+            "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"
+            ]
+    if select:
+        args += ["--select", *with_ancestors(select)]
+    sha = project_fingerprint()
+    args += ["--vars", json.dumps({"tilake_project_sha": sha})]
+    args += list(extra or [])
+    ctx = lake.locked() if hold_lock else contextlib.nullcontext()
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    status = (console.status(f"dbt {command}: seeds, models and tests of {lake.root.name} …")
+              if progress and console.is_terminal else contextlib.nullcontext())
+    with ctx, status, _env(TILAKE_LAKE=str(dbt_lake_root(lake.root)), DBT_SEND_ANONYMOUS_USAGE_STATS="false",
+                           DO_NOT_TRACK="1"):
+        lake.ensure()   # under the writer lock: may migrate old partitions (see Lake.ensure)
+        auto_refresh = False
+        if not full_refresh and not select and command in ("build", "run"):
+            recorded = warehouse_project_sha(lake.warehouse)
+            auto_refresh = recorded is not None and recorded != sha
+            if auto_refresh:
+                why = ("the dbt project changed since this warehouse was built (tilake upgraded or seeds edited)"
+                       if recorded else "this warehouse has no record of the dbt project that built it "
+                       "(plain dbt, a partial build or an older tilake)")
+                console.print(f"[yellow]{why}: full refresh[/yellow]")
+        if full_refresh or auto_refresh:
+            args.append("--full-refresh")
+        res = dbtRunner().invoke(args)
+    if res.exception is not None:
+        raise TilakeError(f"dbt {command} could not run: {res.exception}", path=PROJECT_DIR)
+    nodes = []
+    for r in getattr(res.result, "results", None) or []:
+        node = getattr(r, "node", None)
+        nodes.append((getattr(node, "name", "?"), getattr(node, "resource_type", "?"),
+                      str(getattr(r, "status", "")).lower(), getattr(r, "message", None) or ""))
+    out = BuildResult(bool(res.success), nodes)
+    out.full_refresh = bool(full_refresh or auto_refresh)
+    return out
+
+
+# ---------------------------------------------------------------------------------- building
+
+def _swap_profile(lake: Lake, warehouse: Path) -> Path:
+    """Write ``<lake>/.dbt/swap-profile/profiles.yml``: the bundled profile with ``path`` → ``warehouse``."""
+    prof = yaml.safe_load((PROJECT_DIR / "profiles.yml").read_text(encoding="utf-8"))
+    for target in prof["tilake"]["outputs"].values():
+        # dbt renders profiles with Jinja: hand it the lake through its safe root (see dbt_lake_root)
+        target["path"] = str(dbt_lake_root(lake.root) / warehouse.relative_to(lake.root))
+    d = lake.root / ".dbt" / "swap-profile"
+    d.mkdir(parents=True, exist_ok=True)
+    text = "# generated by tilake (tilake/lake/warehouse.py): builds into a copy, swapped in afterwards\n"
+    text += yaml.safe_dump(prof, sort_keys=False)
+    f = d / "profiles.yml"
+    if not f.exists() or f.read_text(encoding="utf-8") != text:
+        f.write_text(text, encoding="utf-8")
+    return d
+
+
+def _wal(p: Path) -> Path:
+    return p.with_name(p.name + ".wal")
+
+
+def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refresh: bool = False,
+                  hold_lock: bool = True, extra: Optional[Sequence[str]] = None):
+    """``dbt build`` into a copy of the warehouse, then atomically swap it in (safe beside readers).
+
+    Args:
+        lake: the lake; ``<lake>/.build/`` is the scratch folder (removed afterwards).
+        select: dbt ``--select`` arguments. full_refresh: rebuild incremental marts from scratch.
+        hold_lock: take the lake's writer lock (False when the caller holds it).
+        extra: more dbt arguments.
+    Returns:
+        :class:`tilake.lake.warehouse.BuildResult`. The warehouse is replaced unless a model or seed
+        errored (then it is left exactly as it was; failing *tests* still swap, as plain
+        ``dbt build`` would have written the tables too).
+    Raises:
+        TilakeError: dbt could not start; LakeBusyError: another writer holds the lake.
+    """
+    ctx = lake.locked() if hold_lock else contextlib.nullcontext()
+    with ctx:
+        lake.ensure()
+        work = lake.root / ".build"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        tmp = work / lake.warehouse.name   # same file name → same DuckDB catalog name in views
+        try:
+            if lake.warehouse.exists():
+                shutil.copy2(lake.warehouse, tmp)
+                if _wal(lake.warehouse).exists():   # a writer died before checkpointing: carry its log
+                    shutil.copy2(_wal(lake.warehouse), _wal(tmp))
+            prof = _swap_profile(lake, tmp)
+            res = dbt_build(lake, select=select, full_refresh=full_refresh, hold_lock=False,
+                            extra=["--profiles-dir", str(prof), *(extra or [])])
+            broken = [n for n in res.nodes if str(n[1]).lower().endswith(("model", "seed", "snapshot"))
+                      and n[2] in ("error", "runtime error")]
+            if broken or not tmp.exists():
+                return res
+            if _wal(tmp).exists():   # fold any log into the file before it becomes visible
+                con = connect(tmp)
+                con.execute("CHECKPOINT")
+                con.close()
+            os.replace(tmp, lake.warehouse)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(_wal(lake.warehouse))   # the old file's log; the new file is checkpointed
+            return res
+        finally:
+            shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,510 @@
+"""``tilake scan``: from a verl RL launch script to the finished operator-diff report.
+
+Stages (seed ``operator-diff-scanner``):
+
+1. parse the script (:mod:`.scan_script`), check the environment through the NPU seam
+   (:mod:`.scan_env`, :mod:`.npu_seam`), back the script up (:mod:`.scan_inject`);
+2. add the profiler block when there is none (idempotent, diff shown);
+3. run the whole script once with live progress (:mod:`.scan_run`), then verify the captures,
+   ``analyse()`` raw inference folders and apply the fallback chain (:mod:`.scan_collect`);
+4–5. the foundation pipeline (:func:`tilake.pipeline.profile.run_profile`: ingest → dbt build → report).
+
+:func:`scan_from_output` runs stages 4–5 on recorded output (no NPU needed). The run id is
+derived from the resolved script path and the model id unless given, so scanning the same
+script again replaces that run's partitions in the lake.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.text import Text
+from rich.table import Table
+
+from tilake.ingest.scan import seam as npu_seam
+from tilake.errors import TilakeError
+from tilake.lake.store import Lake, validate_run_id
+from tilake.ingest.scan.seam import NpuProbe, NpuSeam
+from tilake.ingest.scan.collect import HOST_FALLBACK_LABEL, STAGE3_FILE, Stage3, collect, write_stage3
+from tilake.ingest.scan.env import NO_NPU_MESSAGE, Check, check_environment, failed, tool_versions
+from tilake.ingest.scan.inject import (BLOCK_BEGIN, backup_script, check_writable, fs_read_only, plan_injection, unified_diff,
+                          write_script)
+from tilake.ingest.scan.run import RunResult, expected_wait, run_script
+from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
+
+
+class ScanStopped(TilakeError):
+    """The scan stopped at a stage (environment, run failure); the message says where and why."""
+
+
+@dataclass
+class ScanResult:
+    """Outcome of a scan.
+
+    Attributes:
+        run_id: lake run id. status: ``ok`` | ``host_fallback`` | ``evidence_missing`` |
+            ``comparison_skipped`` | ``dry_run``. report_path / csv_path: outputs (None when not
+            written). grade_counts: comparison rows per grade. stage3: the stage-3 record.
+    """
+
+    run_id: str
+    status: str
+    parsed: Optional[ParsedScript] = None
+    checks: List[Check] = field(default_factory=list)
+    backup: Optional[Path] = None
+    diff: str = ""
+    output_dir: Optional[Path] = None
+    run: Optional[RunResult] = None
+    stage3: Optional[Stage3] = None
+    report_path: Optional[Path] = None
+    csv_path: Optional[Path] = None
+    grade_counts: Dict[str, int] = field(default_factory=dict)
+    warnings: List[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------ helpers
+def model_family(config: Dict[str, Any], script_dir: Path) -> tuple:
+    """``(family, source)``: ``model_type`` from the model's ``config.json`` when readable, else
+    the leading name of the model id (``Qwen3-0.6B`` → ``qwen3``), else ``unknown``."""
+    mp = config.get("model_path", UNKNOWN)
+    if mp != UNKNOWN:
+        p = Path(str(mp)).expanduser()
+        p = p if p.is_absolute() else script_dir / p
+        try:
+            mt = json.loads((p / "config.json").read_text(encoding="utf-8")).get("model_type")
+            if mt:
+                return str(mt).split("_")[0].lower(), f"model_type in {p / 'config.json'}"
+        except (OSError, ValueError, AttributeError):
+            pass
+    mid = str(config.get("model_id", UNKNOWN))
+    if mid != UNKNOWN:
+        m = re.match(r"[a-z]+(?:\d+(?:\.\d+)?)?", mid.split("/")[-1].lower())
+        if m:
+            return m.group(0), "model id"
+    return UNKNOWN, "model id unknown"
+
+
+def run_meta(parsed: Optional[ParsedScript], probe: Optional[NpuProbe], stage3: Optional[Stage3],
+             collection: str, tags: Dict[str, Any]) -> Dict[str, Any]:
+    """Values for the lake's ``runs`` row (keys as in ``ingest/schema.py``)."""
+    meta: Dict[str, Any] = {"collection_method": collection, "tags": tags, "host": socket.gethostname()}
+    rl: Dict[str, Any] = {}
+    if parsed is not None:
+        c = parsed.config
+        fam, fam_src = model_family(c, parsed.path.parent)
+        meta.update(model_id=c["model_id"], model_family=fam, script_path=str(parsed.path),
+                    train_backend=c["train_backend"], infer_backend=c["infer_backend"],
+                    step=_profiled_step(c),
+                    parallel_config={"tp": c["train_tp"], "pp": c["train_pp"], "ep": c["train_ep"],
+                                     "cp": c["train_cp"], "infer_tp": c["infer_tp"]})
+        rl = {k: v for k, v in c.items() if k != "hydra_overrides"}
+        rl["_hydra_overrides"] = c["hydra_overrides"]
+        rl["_sources"] = dict(parsed.sources, model_family=fam_src)
+        rl["_profiler"] = parsed.profiler
+    if probe is not None:
+        meta["tool_versions"] = tool_versions(probe)
+    if stage3 is not None:
+        rl["stage3"] = stage3.to_json()
+        meta["stage3"] = rl["stage3"]
+    meta["rl_config"] = rl
+    return meta
+
+
+def _profiled_step(config: Dict[str, Any]) -> Optional[int]:
+    """First step in ``global_profiler.steps`` (``[1]`` when tilake injected the block), else None."""
+    m = re.search(r"\d+", str(config.get("hydra_overrides", {}).get("global_profiler.steps", "")))
+    return int(m.group(0)) if m else None
+
+
+def _print_config(console: Console, parsed: ParsedScript) -> None:
+    t = Table(title=f"stage 1 · parsed {parsed.path.name} (launch command on line {parsed.launch.line})",
+              show_lines=False)
+    t.add_column("item")
+    t.add_column("value")
+    t.add_column("from", style="dim")
+    c = parsed.config
+    rows = [("training backend", "train_backend"), ("inference engine", "infer_backend"),
+            ("model path", "model_path"), ("model id", "model_id"), ("train TP", "train_tp"),
+            ("train PP", "train_pp"), ("train EP", "train_ep"), ("rollout TP", "infer_tp"),
+            ("max_prompt_length", "max_prompt_length"), ("max_response_length", "max_response_length"),
+            ("train_batch_size", "train_batch_size"), ("total_training_steps", "total_training_steps"),
+            ("NPU devices", "visible_devices"), ("rollout enforce_eager", "rollout_enforce_eager"),
+            ("rollout calculate_log_probs", "rollout_calculate_log_probs"), ("rollout n", "rollout_n")]
+    for label, key in rows:
+        v = c.get(key, UNKNOWN)
+        t.add_row(label, f"[yellow]{v}[/]" if v == UNKNOWN else str(v), parsed.sources.get(key, ""))
+    console.print(t)
+    for w in parsed.warnings + parsed.profiler.get("warnings", []):
+        console.print(f"  [yellow]note:[/] {escape(w)}")
+
+
+def _print_diff(console: Console, diff: str) -> None:
+    for line in diff.splitlines():
+        style = ("green" if line.startswith("+") else "red" if line.startswith("-")
+                 else "cyan" if line.startswith("@@") else "")
+        console.print(Text(line, style=style), soft_wrap=True)
+
+
+def _print_checks(console: Console, checks: List[Check]) -> None:
+    t = Table(title="stage 1 · environment check")
+    t.add_column("")
+    t.add_column("check")
+    t.add_column("found")
+    t.add_column("fix")
+    for c in checks:
+        mark = "[green]✓[/]" if c.ok else ("[red]✗[/]" if c.required else "[yellow]–[/]")
+        t.add_row(mark, c.name, c.detail, c.fix or "")
+    console.print(t)
+
+
+def _guard_output_dir(out: Path, script: Path) -> None:
+    """The profiler block ``rm -rf``s its output folder: refuse folders that must never go."""
+    out = out.resolve()
+    home = Path.home().resolve()
+    bad = {Path("/"), home, script.parent.resolve()}
+    if out in bad or out in script.parent.resolve().parents or len(out.parts) < 3:
+        raise ScanStopped(f"refusing to use {out} as the profiler output folder: the profiler block deletes "
+                          "and re-creates it", path=script,
+                          hint="set PROFILER_OUTPUT_DIR to a dedicated folder such as <script dir>/profiler_output")
+
+
+def _output_dir(parsed: ParsedScript, changed: bool, env: Mapping[str, str]) -> Path:
+    if changed:
+        return Path(env.get("PROFILER_OUTPUT_DIR") or parsed.path.parent / "profiler_output")
+    sp = parsed.profiler.get("save_path", UNKNOWN)
+    m = re.search(r'^[ \t]*PROFILER_OUTPUT_DIR=\$\{PROFILER_OUTPUT_DIR:-"((?:[^"\\]|\\.)*)"\}', parsed.text, re.M)
+    if sp == UNKNOWN and BLOCK_BEGIN in parsed.text and m:
+        # our own block (e.g. inside an if-block, where the parser cannot follow it): same semantics
+        return Path(env.get("PROFILER_OUTPUT_DIR") or re.sub(r"\\(.)", r"\1", m.group(1)))
+    if sp == UNKNOWN:
+        raise ScanStopped("the script's existing profiler configuration gives no readable "
+                          "global_profiler.save_path, so its output cannot be found", path=parsed.path,
+                          hint="set global_profiler.save_path to a literal folder (or remove the profiler "
+                          "block and let tilake add one)")
+    p = Path(str(sp)).expanduser()
+    return p if p.is_absolute() else parsed.path.parent / p
+
+
+# ------------------------------------------------------------------------------ scan
+def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Optional[Path] = None,
+         lang: str = "zh", script_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
+         seam: Optional[NpuSeam] = None, console: Optional[Console] = None, timeout_s: Optional[float] = None,
+         dry_run: bool = False, progress: bool = True) -> ScanResult:
+    """Run all five stages on ``script``.
+
+    Args:
+        script: the verl launch script. lake: target lake. run_id: default derived from script + model.
+        out_dir: report folder (default: current directory). script_args: the script's ``$@``.
+        env: environment for the run (default ``os.environ``). seam: NPU seam (default the real one).
+        timeout_s: kill the RL run after this long. dry_run: stages 1–2 only, nothing written.
+    Returns:
+        :class:`ScanResult`.
+    Raises:
+        TilakeError / ScanStopped: bad script, failed environment check (each failed check is printed
+            with its fix first), read-only script, failed or killed run (log tail printed, output
+            kept, lake unchanged), pipeline errors.
+    """
+    console = console or Console(stderr=False)
+    env = dict(os.environ if env is None else env)
+    seam = seam or npu_seam.get_seam()
+    out_dir = Path(out_dir or ".")
+
+    # ---- stage 1: parse, check, back up
+    parsed = parse_script(script, env=env, args=script_args)
+    rid = validate_run_id(run_id or parsed.run_id())
+    res = ScanResult(rid, "dry_run" if dry_run else "running", parsed)
+    _print_config(console, parsed)
+    program = parsed.launch.words[0].raw
+    python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
+    probe_env = dict(env)
+    vis = parsed.variables.get("ASCEND_RT_VISIBLE_DEVICES")
+    if isinstance(vis, str) and vis != UNKNOWN:
+        probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script exports it before launching
+    probe = seam.probe(probe_env, python)
+    res.checks = check_environment(parsed, probe, env)
+    _print_checks(console, res.checks)
+    bad = failed(res.checks)
+    if not probe.real:
+        console.print(f"[bold yellow]NPU seam: {probe.seam} — not torch_npu, no NPU data is produced[/]")
+    if bad and not dry_run:
+        head = NO_NPU_MESSAGE if probe.torch_npu is None else "environment check failed"
+        items = ", ".join(c.name for c in bad)
+        raise ScanStopped(f"stage 1 stopped: {head}; {len(bad)} failed check(s), each listed above with its fix: "
+                          f"{items}; nothing was written", path=parsed.path)
+
+    # ---- stage 2 plan (needed for the output folder)
+    stamp = datetime.now()
+    plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"),
+                          backup_name=f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}")
+    output_dir = _output_dir(parsed, plan.changed, env)
+    res.output_dir = output_dir
+    _guard_output_dir(output_dir, parsed.path)
+    if dry_run:
+        res.diff = unified_diff(parsed.text, plan.new_text, parsed.path.name, parsed.path.name + " (planned)")
+        console.print(Panel(Text(plan.reason), title="stage 2 · profiler block (dry run: nothing written)"))
+        if res.diff:
+            _print_diff(console, res.diff)
+        if bad:
+            console.print(f"[red]{len(bad)} environment check(s) fail: the real scan would stop at stage 1[/]")
+        return res
+
+    if fs_read_only(parsed.path.parent):
+        check_writable(parsed.path)          # raises with the read-only-filesystem message
+    backup, created = backup_script(parsed.path, stamp)
+    res.backup = backup
+    console.print(f"stage 1 · backup: {escape(str(backup))}" + ("" if created else " (identical backup reused)"))
+    check_writable(parsed.path)
+
+    # ---- stage 2: inject
+    if plan.changed:
+        plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name)
+        res.diff = unified_diff(backup.read_text(encoding="utf-8"), plan.new_text, backup.name, parsed.path.name)
+        write_script(parsed.path, plan.new_text)
+        check = parse_script(parsed.path, env=env, args=script_args)
+        if not check.profiler["present"] or not any("PROFILER[" in w.raw for w in check.launch.words):
+            write_script(parsed.path, backup.read_bytes().decode("utf-8"))     # put the original back
+            raise ScanStopped("the profiler block did not reach the launch command; the script was restored "
+                              f"from {backup.name}", path=parsed.path, hint="add the PROFILER block by hand")
+        parsed = res.parsed = check
+        console.print(Panel(Text(plan.reason), title="stage 2 · profiler block"))
+        _print_diff(console, res.diff)
+    else:
+        console.print(Panel(Text(plan.reason + " — script left unchanged"), title="stage 2 · profiler block"))
+
+    # ---- stage 3: run
+    console.print(f"stage 3 · running the full RL script (training + rollout in one run). Expected wait: "
+                  f"[bold]{expected_wait(parsed.config.get('model_id', UNKNOWN))}[/]. Output: {escape(str(output_dir))}")
+    log = output_dir / "run.log"
+    run = run_script(parsed.path, script_args, env, log, console=console if progress else None,
+                     timeout_s=timeout_s)
+    res.run = run
+    console.print(f"stage 3 · run finished in {run.elapsed_s:.1f} s, exit status {run.returncode}; "
+                  f"phases seen: {', '.join(run.phases) or 'none'}; log: {escape(str(run.log_path))}")
+    if run.returncode != 0 or run.interrupted:
+        st = collect(output_dir, seam, probe, env, run_analyse=False)
+        st.run = _run_record(run)
+        found = ", ".join(f"{s.side}:{s.path} ({s.status})" for s in st.sources if s.status != "failed") or "none"
+        try:
+            write_stage3(st, output_dir / STAGE3_FILE)
+        except OSError:
+            pass
+        console.print(Panel(Text("\n".join(run.tail[-20:]) or "(no output)"), title="last lines of the RL log"))
+        what = run.reason or f"exit status {run.returncode}"
+        raise ScanStopped(f"stage 3 stopped: the RL script failed ({what}); log kept at {run.log_path}; "
+                          f"partial output kept in {output_dir} (usable captures: {found}); the lake was not changed",
+                          path=parsed.path)
+    st = collect(output_dir, seam, probe, env, run_analyse=True, console=console if progress else None)
+    st.run = _run_record(run)
+    res.stage3 = st
+    write_stage3(st, output_dir / STAGE3_FILE)
+    _print_stage3(console, st)
+    collection = ("tilake scan: full RL script run, verl global_profiler (training e2e DB; rollout "
+                  "discrete raw *_ascend_pt → analyse())")
+    if not seam.real:
+        collection += f" — via {seam.name}, not an NPU"
+    meta = run_meta(parsed, probe, st, collection, {"scan": "full", "npu_seam": seam.name})
+    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress)
+
+
+def _run_record(run: RunResult) -> Dict[str, Any]:
+    return {"returncode": run.returncode, "interrupted": run.interrupted, "elapsed_s": round(run.elapsed_s, 1),
+            "log": str(run.log_path) if run.log_path else None, "phases": run.phases, "reason": run.reason}
+
+
+def _print_stage3(console: Console, st: Stage3) -> None:
+    t = Table(title=f"stage 3 · captures and analyse() ({st.seam}{'' if st.real else ', not torch_npu'})")
+    t.add_column("#")
+    t.add_column("side")
+    t.add_column("operation")
+    t.add_column("result")
+    t.add_column("detail")
+    for o in st.operations:
+        t.add_row(str(o["n"]), o["side"], Text(o["operation"]) + Text("  " + o["target"], style="dim"),
+                  o["result"], Text((o["detail"] or "") + (f" (fallback {o['fallback']})" if o.get("fallback") else "")))
+    console.print(t)
+    for w in st.known_warnings:
+        console.print(Text("  known warning ", style="cyan") + Text(f"“{w['pattern']}” ×{w['count']}: {w['explanation']}"))
+    for s in ("train", "infer"):
+        status = st.side_status(s)
+        label = {"device": "device kernels", "host_fallback": HOST_FALLBACK_LABEL,
+                 "failed": "no usable evidence"}[status]
+        console.print(f"  {s}: [bold]{label}[/]")
+
+
+def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: Lake, rid: str, out_dir: Path,
+                meta: Dict[str, Any], lang: str, console: Console, progress: bool) -> ScanResult:
+    if st is not None and not st.comparison_possible:
+        res.status = "comparison_skipped"
+        res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
+        console.print(Panel(Text(f"fallback 3: {st.to_json()['reason']}.\nReport with every operation attempted: "
+                                 f"{res.report_path}\nThe lake was not changed."), title="stages 4–5 skipped",
+                            border_style="red"))
+        return res
+    from tilake.pipeline.profile import run_profile
+
+    try:
+        pr = run_profile(output_dir, lake, rid, out_dir, run_meta=meta, lang=lang, allow_missing=True,
+                         progress=progress)
+    except TilakeError as exc:
+        if res.run is None:          # --from-output: nothing expensive to protect
+            raise
+        script = res.parsed.path if res.parsed else ""
+        raise ScanStopped(f"stages 4–5 failed after a successful run: {exc}; the captures are kept in {output_dir}",
+                          hint=f"retry stages 4–5 without re-running: tilake scan --from-output {output_dir} {script}"
+                          ) from exc
+    res.status = pr.status
+    res.report_path, res.csv_path, res.grade_counts = pr.report_path, pr.csv_path, pr.grade_counts
+    res.warnings = list(pr.warnings)
+    grades = ", ".join(f"{g}: {n}" for g, n in sorted(pr.grade_counts.items())) or "no rows"
+    console.print(Panel(Text(f"run id: {rid}\nlake: {lake.root}\nreport: {pr.report_path}\nCSV: {pr.csv_path}\n"
+                             f"evidence: {pr.evidence}\nrows per grade: {grades}\nstatus: {pr.status}"),
+                        title="stages 4–5 · report"))
+    return res
+
+
+def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Optional[Path] = None,
+                     lang: str = "zh", script: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
+                     console: Optional[Console] = None, progress: bool = True) -> ScanResult:
+    """Stages 4–5 on recorded ``profiler_output`` (nothing inside it is modified).
+
+    Args:
+        output_dir: the recorded folder. script: the launch script that produced it (optional:
+            gives the model id, parsed config and the same run id as a full scan of that script).
+    Raises:
+        TilakeError: missing folder, unparsable script, pipeline errors.
+    """
+    console = console or Console()
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        raise TilakeError("profiler output folder does not exist" if not output_dir.exists()
+                          else "not a folder (expected a verl profiler_output/)", path=output_dir)
+    parsed = parse_script(script, env=dict(os.environ if env is None else env)) if script else None
+    if parsed is not None:
+        _print_config(console, parsed)
+        rid = run_id or parsed.run_id()
+    else:
+        from tilake.pipeline.profile import default_run_id
+        rid = run_id or "scan-" + default_run_id(output_dir)
+    validate_run_id(rid)
+    out_dir = Path(out_dir or ".")
+    res = ScanResult(rid, "running", parsed, output_dir=output_dir)
+    st = collect(output_dir, npu_seam.RecordedOutputSeam(), None, env, run_analyse=False)
+    recorded = output_dir / STAGE3_FILE
+    st_json = None
+    if recorded.is_file():
+        try:
+            st_json = json.loads(recorded.read_text(encoding="utf-8"))
+        except ValueError:
+            st_json = None
+        if not isinstance(st_json, dict):
+            st_json = None
+        if st_json:
+            console.print(f"stage 3 record of the original scan: {escape(str(recorded))}")
+    res.stage3 = st
+    _print_stage3(console, st)
+    tags = {"scan": "from-output"}
+    meta = run_meta(parsed, None, st, "tilake scan --from-output: recorded verl profiler output", tags)
+    if recorded.is_file() and st_json:
+        # show what the original scan did (analyse() calls, fallbacks) before this re-check
+        merged = dict(meta["rl_config"]["stage3"])
+        merged["operations"] = ([f"(scan) {line}" for line in st_json.get("operations", [])]
+                                + [f"(--from-output) {line}" for line in merged["operations"]])
+        merged["recorded"] = {k: st_json.get(k) for k in ("seam", "real", "comparison", "reason", "sides", "run")}
+        meta["rl_config"]["stage3"] = meta["stage3"] = merged
+    meta["source_path"] = str(output_dir.resolve())
+    if not st.comparison_possible:
+        res.status = "comparison_skipped"
+        res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
+        console.print(Panel(Text(f"{st.to_json()['reason']}.\nReport: {res.report_path}\nThe lake was not changed."),
+                            title="stages 4–5 skipped", border_style="red"))
+        return res
+    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress)
+
+
+# ------------------------------------------------------------------------------ fallback 3
+def write_skipped_report(st: Stage3, out_dir: Path, run_id: str, meta: Dict[str, Any], lang: str) -> Path:
+    """Seed fallback 3: the report when no comparison is possible — metadata, what was found on
+    each side and every operation attempted with its result; no grade is given."""
+    zh = lang == "zh"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    j = st.to_json()
+    L: List[str] = []
+    L.append(f"# {'训推算子一致性扫描报告' if zh else 'Train–infer operator diff report'} — {meta.get('model_id', UNKNOWN)}")
+    L.append("")
+    L.append("> **evidence_missing** — " + ("对比已跳过（兜底 3）：" if zh else "comparison skipped (fallback 3): ")
+             + j["reason"] + ("。本报告不给出任何“无差异”结论。" if zh else ". This report draws no \"no difference\" conclusion."))
+    L.append("")
+    L.append(f"## 1. {'元信息' if zh else 'Metadata'}")
+    L.append("")
+    L.append("| 项 | 值 |" if zh else "| Item | Value |")
+    L.append("|---|---|")
+    for k in ("model_id", "model_family", "train_backend", "infer_backend", "script_path", "collection_method"):
+        L.append(f"| {k} | {meta.get(k, UNKNOWN)} |")
+    L.append(f"| run_id | `{run_id}` |")
+    L.append(f"| parallel_config | {json.dumps(meta.get('parallel_config'), ensure_ascii=False)} |")
+    L.append(f"| NPU seam | {st.seam}{'' if st.real else (' (不是 torch_npu)' if zh else ' (not torch_npu)')} |")
+    L.append(f"| generated_at | {datetime.now().strftime('%Y-%m-%d %H:%M:%S')} |")
+    L.append("")
+    L.append(f"## 2. {'算子证据来源' if zh else 'Evidence sources'}")
+    L.append("")
+    L.append("| 路径侧 | 状态 | 目录 | DB | COMPUTE_TASK_INFO 行数 | 兜底 | 说明 |" if zh else
+             "| side | status | path | DB | COMPUTE_TASK_INFO rows | fallback | note |")
+    L.append("|---|---|---|---|---:|---|---|")
+    for s in st.sources:
+        L.append(f"| {s.side} | {s.label or s.status} | `{s.path}` | {s.db or '—'} | "
+                 f"{'—' if s.compute_task_info_rows is None else s.compute_task_info_rows} | {s.fallback or '—'} | {s.note} |")
+    L.append("")
+    L.append(f"## 3. {'采集阶段操作记录' if zh else 'Operations attempted'}")
+    L.append("")
+    for line in (meta.get("stage3") or {}).get("operations") or j["operations"]:
+        L.append(f"- {line}")
+    if st.known_warnings:
+        L.append("")
+        L.append("已识别的正常告警：" if zh else "Known, normal warnings:")
+        for w in st.known_warnings:
+            L.append(f"- “{w['pattern']}” ×{w['count']}: {w['explanation']}")
+    L.append("")
+    L.append(f"## 4. {'结论与建议' if zh else 'Conclusions and recommendations'}")
+    L.append("")
+    L.append("- **P0** " + ("补齐证据后重新扫描：" if zh else "complete the evidence and scan again: ")
+             + "; ".join(f"{s.side}: {s.note or s.status}" for s in st.sources if s.status == "failed"))
+    if any(s.side == "infer" and s.status == "failed" for s in st.sources):
+        L.append("- **P0** " + ("推理侧：确认 actor_rollout_ref.rollout.profiler.tool_config.npu.discrete=True，"
+                                "并在 Ascend 主机上执行 torch_npu.profiler.profiler.analyse(<*_ascend_pt>)"
+                                if zh else "inference side: make sure actor_rollout_ref.rollout.profiler."
+                                "tool_config.npu.discrete=True and run torch_npu.profiler.profiler.analyse(<*_ascend_pt>) "
+                                "on the Ascend host"))
+    L.append("")
+    path = out_dir / "train_infer_op_diff_report.md"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(L), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def cli_scan(script: Optional[Path], from_output: Optional[Path], lake_path: Optional[Path], run_id: Optional[str],
+             out_dir: Path, lang: str, dry_run: bool, timeout_s: Optional[float], script_args: Sequence[str]) -> int:
+    """Body of ``tilake scan`` (kept here so ``cli.py`` stays thin). Returns the exit status:
+    0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2)."""
+    if lang not in ("zh", "en"):
+        raise TilakeError(f"--lang must be zh or en, not {lang!r}")
+    lake = Lake(lake_path)
+    if from_output is not None:
+        if dry_run or script_args:
+            raise TilakeError("--from-output runs stages 4–5 only: --dry-run and script arguments do not apply")
+        res = scan_from_output(from_output, lake, run_id, out_dir, lang, script=script)
+    else:
+        if script is None:
+            raise TilakeError("give the RL launch script (tilake scan run_qwen3.sh) or --from-output DIR")
+        res = scan(script, lake, run_id, out_dir, lang, script_args=script_args, timeout_s=timeout_s, dry_run=dry_run)
+    return 1 if res.status == "comparison_skipped" else 0

@@ -1,0 +1,52 @@
+"""Console output of the ``tilake dumps`` commands (rich tables; no tensor values)."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from rich.console import Console
+from rich.table import Table
+
+
+def print_probe(res: Dict[str, Any]) -> None:
+    """Print a probe result (see :func:`tilake.ingest.msprobe.probe.probe`)."""
+    con = Console()
+    for side in ("train", "infer"):
+        p = res.get(side)
+        if not p:
+            continue
+        con.print(f"[bold]{side}[/]: {p['path']}  task={p['task']} level={p['level']} "
+                  f"construct={p['construct_variant']} stack={p['stack_variant']} layers={p['layers']}")
+        con.print(f"  entries {p['entries']} (modules {p['module_entries']}, APIs {p['api_entries']}), "
+                  f"tensor slots {p['tensor_slots']} by io {p['slots_by_io']}")
+        con.print(f"  prefixes: {p['prefixes']}")
+        if p["wrapper_segments"]:
+            con.print(f"  wrapper segments: {p['wrapper_segments']}")
+        con.print(f"  module classes: {p['module_classes']}")
+        for f in p["fused_modules"]:
+            con.print(f"  fused: {f['module']} output0 {f['output0_shape']}")
+        t = Table("API", "calls", "counter range", title=f"{side} APIs", show_edge=False)
+        for k, v in list(p["apis"].items())[:15]:
+            t.add_row(k, str(v["calls"]), f"{v['counter_min']}..{v['counter_max']}")
+        con.print(t)
+        for w in p["warnings"]:
+            con.print(f"  [yellow]warning[/]: {w}")
+    if "api_counter_drift" in res:
+        con.print(f"API call counters drift between sides for: {', '.join(res['api_counter_drift']) or 'none'} "
+                  "(never match API entries by name)")
+        con.print(f"classes only in train: {', '.join(res['classes_only_train'])}")
+        con.print(f"classes only in infer: {', '.join(res['classes_only_infer'])}")
+
+
+def print_summary(res: Dict[str, Any]) -> None:
+    """Print the outcome of ``tilake dumps analyze``."""
+    con = Console()
+    con.print(f"verdict: [bold]{res['verdict']}[/] ({res['consistency']}) — {res['reason']}")
+    con.print(f"first divergence: {res['first_divergence']}")
+    for r, b, c in res["points"]:
+        con.print(f"  point: round {r} {b} — {c}")
+    if res["stub_needed"]:
+        con.print("next: apply stub_instruction.json, collect the next round, re-run with --round TRAIN INFER")
+    for k, v in res["outputs"].items():
+        con.print(f"  {k}: {v}")
+    if res.get("lake_rows"):
+        con.print(f"  lake rows: {res['lake_rows']}")

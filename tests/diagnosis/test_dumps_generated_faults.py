@@ -1,0 +1,213 @@
+"""Generated pairs (tests/fixtures/msprobe_writer.py, msprobe on-disk format) with injected faults, through stub rounds."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import msprobe_writer as G  # noqa: E402
+
+from tilake.diagnosis import analyze as A  # noqa: E402
+from tilake.diagnosis import maps as M  # noqa: E402
+from tilake.diagnosis import outputs as O  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gen")
+    cfg = G.Cfg()
+    w = G.weights(cfg)
+    G.dump_train(cfg, root / "train", w)
+    return cfg, w, root
+
+
+def run_rounds(cfg, w, root: Path, fault, max_rounds: int = 4):
+    """Round 0, then apply each stub instruction to the inference side (msprobe load) until done."""
+    bmap = M.load_map("qwen3_hf_vllm")
+    G.dump_infer(cfg, root / f"{fault}_r0", fault, w=w)
+    rounds = [A.RoundInput(root / "train", root / f"{fault}_r0")]
+    an = A.analyze_pair(rounds, bmap)
+    while an.stub_instruction.get("needed") and len(rounds) <= max_rounds:
+        instr = an.stub_instruction
+        assert instr["available"] and instr["target_side"] == "infer" and instr["source_side"] == "train"
+        k = instr["round"]
+        pair = A.Pair(rounds[0].train, rounds[0].infer, bmap)
+        src = root / f"{fault}_load{k}"
+        files = A.prepare_stub_source(pair, instr, src)
+        assert all(f.is_file() for f in files)
+        load = {"path": str(src), "modules": instr["msprobe_config"]["load"]["modules"]}
+        G.dump_infer(cfg, root / f"{fault}_r{k}", fault, load=load, w=w)
+        rounds.append(A.RoundInput(root / "train", root / f"{fault}_r{k}"))
+        an = A.analyze_pair(rounds, bmap)
+    return an
+
+
+def test_clean_generated_pair_is_bitwise_exact(base):
+    cfg, w, root = base
+    G.dump_infer(cfg, root / "clean", None, w=w)
+    an = A.analyze_pair([A.RoundInput(root / "train", root / "clean")], M.load_map("qwen3_hf_vllm"))
+    assert an.rounds[0]["counts"] == {"EXACT": 35}
+    assert an.verdict == "exact" and an.consistency == "bitwise"
+    assert an.points == [] and an.stub_instruction["needed"] is False
+
+
+def test_corrupted_weight_row(base, tmp_path):
+    cfg, w, root = base
+    an = run_rounds(cfg, w, root, "weight_row")
+    r0 = an.rounds[0]
+    assert r0["first_divergence"]["boundary"] == "L1.gate_proj.out"
+    p = an.points[0]
+    assert p["class"] == "logic-level" and p["pattern"] == "whole_columns"
+    # the corrupted row is found by the weight hypothesis, with its row count
+    hyp = {h["hypothesis"]: h for h in an.hypotheses}
+    assert hyp["weights not in sync"]["status"] == "confirmed"
+    assert "L1.gate_proj.weight" in hyp["weights not in sync"]["evidence"][0]
+    assert "1 of 64 rows" in hyp["weights not in sync"]["evidence"][0]
+    # round 1: stub verified, downstream all EXACT → exactly one independent point
+    assert len(an.rounds) == 2
+    assert an.rounds[1]["stub_verification"]["effective"] is True
+    assert an.rounds[1]["outcome"] == "downstream_all_exact"
+    assert [x["boundary"] for x in an.points] == ["L1.gate_proj.out"]
+    assert an.verdict == "nonzero" and an.consistency == "logic_level"
+    assert an.stub_instruction["needed"] is False
+    paths = O.write_outputs(an, {"model": "gen"}, tmp_path)
+    src = json.loads(paths["report_source"].read_text())
+    assert src["logic_level_points"] == ["L1.gate_proj.out"] and src["summary"]["rounds"] == 2
+
+
+def test_wrong_attention_scale_constant(base):
+    cfg, w, root = base
+    an = run_rounds(cfg, w, root, "attn_scale")
+    assert an.rounds[0]["first_divergence"]["boundary"] == "L0.attn_core.out"
+    assert an.points[0]["class"] == "logic-level"
+    assert an.points[0]["tensor_ulp"] > 4
+    # the constant is wrong in every layer: the stub of layer 0 reveals layer 1 as a second point
+    assert [(x["round"], x["boundary"], x["class"]) for x in an.points] == [
+        (0, "L0.attn_core.out", "logic-level"), (1, "L1.attn_core.out", "logic-level")]
+    assert [r["outcome"] for r in an.rounds] == ["stub_needed", "stub_needed", "downstream_all_exact"]
+    assert all(r["stub_verification"]["effective"] for r in an.rounds[1:])
+    # cumulative stubs: round 2 keeps layer 0's override
+    assert len(an.rounds[2]["stub_verification"]["checks"]) == 2
+    # the amplification chain starts at the first divergence and grows downstream
+    chain = an.rounds[0]["amplification_chain"]
+    assert chain[0]["boundary"] == "L0.attn_core.out" and chain[0]["growth_vs_first"] == 1.0
+    assert max(c["growth_vs_first"] for c in chain) > 1.0
+
+
+def test_dropped_residual(base):
+    cfg, w, root = base
+    an = run_rounds(cfg, w, root, "drop_residual")
+    assert an.rounds[0]["first_divergence"]["boundary"] == "final_norm.out"
+    assert an.points[0]["class"] == "logic-level"
+    # every layer's residual stream (vLLM output.0 + output.1 summed in fp32) is still EXACT
+    rows0 = {r["boundary"]: r for r in an.boundary_rows if r["round"] == 0}
+    assert rows0["L1.layer.out"]["status"] == "EXACT"
+    assert len(an.points) == 1 and an.rounds[-1]["outcome"] == "downstream_all_exact"
+
+
+def test_stub_not_taking_effect_stops_the_loop(base):
+    cfg, w, root = base
+    bmap = M.load_map("qwen3_hf_vllm")
+    G.dump_infer(cfg, root / "ne_r0", "weight_row", w=w)
+    G.dump_infer(cfg, root / "ne_r1", "weight_row", w=w)  # collected without the load setting
+    an = A.analyze_pair([A.RoundInput(root / "train", root / "ne_r0"),
+                         A.RoundInput(root / "train", root / "ne_r1")], bmap)
+    assert an.rounds[1]["outcome"] == "stub_not_effective"
+    assert an.rounds[1]["stub_verification"]["effective"] is False
+    assert not [r for r in an.boundary_rows if r["round"] == 1]  # downstream not compared
+    assert any("did not take effect" in n for n in an.notes)
+
+
+def test_stub_instruction_matches_msprobe_load(base, tmp_path):
+    cfg, w, root = base
+    G.dump_infer(cfg, root / "si_r0", "drop_residual", w=w)
+    an = A.analyze_pair([A.RoundInput(root / "train", root / "si_r0")], M.load_map("qwen3_hf_vllm"))
+    si = an.stub_instruction
+    assert si["round"] == 1 and si["isolate_boundary"]["name"] == "final_norm.out"
+    m = si["modules"][0]
+    assert m["target_entry"] == "Module.logits_processor.LogitsProcessor.forward.0"
+    assert m["target_input"] == 1
+    assert m["target_file"] == "Module.logits_processor.LogitsProcessor.forward.0.input.1.pt"
+    assert m["source_pt"][0].endswith("Module.model.norm.Qwen3RMSNorm.forward.0.output.0.pt")
+    assert m["transform"] == ["{'squeeze': 0}"]
+    load = si["msprobe_config"]["load"]
+    assert load["modules"] == [m["target_entry"]] and load["dump_after_load"] is True
+    assert set(load) == {"path", "modules", "step", "rank", "dump_after_load"}
+
+
+def test_cli_stub_round_trip(base, tmp_path):
+    from click.testing import CliRunner
+
+    from tilake.cli import main
+
+    cfg, w, root = base
+    G.dump_infer(cfg, tmp_path / "r0", "weight_row", w=w)
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "train"), "--infer", str(tmp_path / "r0"),
+                                  "--out", str(tmp_path / "out0"), "--no-charts"])
+    assert r.exit_code == 0, r.output
+    assert "L1.gate_proj.out" in r.output and "logic-level" in r.output
+    instr = tmp_path / "out0" / "stub_instruction.json"
+    r = CliRunner().invoke(main, ["dumps", "stub-prepare", "--train", str(root / "train"), "--infer",
+                                  str(tmp_path / "r0"), "--instruction", str(instr), "--out", str(tmp_path / "stub1")])
+    assert r.exit_code == 0, r.output
+    cfg_json = json.loads((tmp_path / "stub1" / "msprobe_config.json").read_text())
+    assert cfg_json["task"] == "tensor" and cfg_json["load"]["dump_after_load"] is True
+    src = Path(cfg_json["load"]["path"]) / "step0" / "rank0" / "dump_tensor_data"
+    assert (src / "Module.model.layers.1.mlp.act_fn.SiluAndMul.forward.0.input.0.pt").is_file()
+    G.dump_infer(cfg, tmp_path / "r1", "weight_row", w=w, load=cfg_json["load"])
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "train"), "--infer", str(tmp_path / "r0"),
+                                  "--round", str(root / "train"), str(tmp_path / "r1"),
+                                  "--out", str(tmp_path / "out1"), "--no-charts"])
+    assert r.exit_code == 0, r.output
+    src1 = json.loads((tmp_path / "out1" / "report_source.json").read_text())
+    assert [x["outcome"] for x in src1["rounds"]] == ["stub_needed", "downstream_all_exact"]
+    assert src1["stub_instruction"]["needed"] is False
+    md = (tmp_path / "out1" / "alignment_report.md").read_text()
+    assert "round 1: outcome `downstream_all_exact`; stub verification: effective" in md
+    # a finished instruction cannot be prepared again
+    r = CliRunner().invoke(main, ["dumps", "stub-prepare", "--train", str(root / "train"), "--infer",
+                                  str(tmp_path / "r0"), "--instruction", str(tmp_path / "out1" / "stub_instruction.json"),
+                                  "--out", str(tmp_path / "stub2")])
+    assert r.exit_code == 2 and "no further round is needed" in r.output
+
+
+def test_rounding_first_divergence_hiding_a_logic_fault(tmp_path):
+    """Eager vs SDPA attention (rounding, as in pairA) plus a corrupted weight row downstream: the row is a
+    suspect in round 0 and is confirmed as an independent logic-level point after isolating the roundings."""
+    cfg = G.Cfg(train_attn="eager")
+    w = G.weights(cfg)
+    G.dump_train(cfg, tmp_path / "train", w)
+    an = run_rounds(cfg, w, tmp_path, "weight_row", max_rounds=5)
+    r0 = an.rounds[0]
+    assert r0["first_divergence"]["boundary"] == "L0.attn_core.out"
+    assert an.points[0]["class"] == "rounding-level"
+    assert [s["boundary"] for s in r0["suspects"]] == ["L1.gate_proj.out"]
+    row = next(r for r in an.boundary_rows if r["round"] == 0 and r["boundary"] == "L1.gate_proj.out")
+    assert row["role"] == "suspect"
+    assert [(p["round"], p["boundary"], p["class"]) for p in an.points] == [
+        (0, "L0.attn_core.out", "rounding-level"), (1, "L1.attn_core.out", "rounding-level"),
+        (2, "L1.gate_proj.out", "logic-level")]
+    assert an.rounds[-1]["outcome"] == "downstream_all_exact"
+    assert all(r["stub_verification"]["effective"] for r in an.rounds[1:])
+    assert an.verdict == "nonzero" and an.consistency == "logic_level"
+
+
+def test_megatron_style_training_side(base, tmp_path):
+    """Megatron-core naming ([S, B, H], module.module wrappers, per-query-group linear_qkv) ↔ vLLM."""
+    cfg, w, root = base
+    G.dump_megatron(cfg, tmp_path / "meg", w)
+    G.dump_infer(cfg, tmp_path / "clean", None, w=w)
+    G.dump_infer(cfg, tmp_path / "wr", "weight_row", w=w)
+    bmap = M.load_map("qwen3_megatron_vllm")
+    an = A.analyze_pair([A.RoundInput(tmp_path / "meg", tmp_path / "clean")], bmap)
+    assert an.rounds[0]["counts"] == {"EXACT": 25} and an.verdict == "exact"
+    scan = [s for s in an.layout_scans if s["boundary"] == "L0.qkv.out"][0]
+    assert scan["chosen"] == "per_group" and scan["scores"]["per_group"] == pytest.approx(1.0)
+    assert scan["scores"]["concat"] < 0.9
+    assert all(x["status"] == "EXACT" for x in an.weight_rows)
+    an = A.analyze_pair([A.RoundInput(tmp_path / "meg", tmp_path / "wr")], bmap)
+    assert an.rounds[0]["first_divergence"]["boundary"] == "L1.gate_up.out"
+    assert [(p["boundary"], p["class"]) for p in an.points] == [("L1.gate_up.out", "logic-level")]
+    assert [x["boundary"] for x in an.weight_rows if x["status"] != "EXACT"] == ["L1.gate_up.weight"]

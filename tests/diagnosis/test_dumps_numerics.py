@@ -1,0 +1,160 @@
+"""ULP from bit patterns, exact gate edge cases, classification rules, fused-layout slicing."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from msprobe_mini import write_dump  # noqa: E402
+
+from tilake.diagnosis import analyze as A  # noqa: E402
+from tilake.diagnosis import maps as M  # noqa: E402
+from tilake.diagnosis.numerics import compare, ordered_bits, tensor_stats, ulp_of  # noqa: E402
+
+F8 = [getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)]
+
+
+def next_up(x: torch.Tensor) -> torch.Tensor:
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[x.element_size()]
+    return (x.view(bits) + 1).view(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32] + F8)
+def test_adjacent_values_are_one_ulp_apart(dtype):
+    x = torch.tensor([1.0, 1.5, 0.25, -2.0]).to(dtype)
+    y = next_up(x)  # one bit step: away from zero for positives, toward... magnitude up for negatives
+    d = (ordered_bits(y) - ordered_bits(x)).tolist()
+    assert d == [1, 1, 1, -1]
+    r = compare(x, y)
+    assert r["status"] == "NOT_EXACT" and r["max_elem_ulp"] == 1 and r["mismatch_count"] == 4
+    assert r["ulp_hist"]["1"] == 3 and r["ulp_hist"]["-1"] == 1
+
+
+def test_ulp_across_zero_and_signed_zero():
+    z = torch.tensor([0.0, -0.0, 0.0], dtype=torch.bfloat16)
+    r = compare(z, torch.tensor([-0.0, 0.0, 0.0], dtype=torch.bfloat16))
+    assert r["status"] == "EXACT"  # torch.equal semantics: -0 == +0
+    tiny = torch.tensor([1e-40], dtype=torch.float32)  # subnormal
+    assert (ordered_bits(tiny) - ordered_bits(-tiny)).item() == 2 * ordered_bits(tiny).item()
+
+
+def test_ulp_of_native_formats():
+    assert ulp_of(1.0, torch.bfloat16) == 2 ** -7
+    assert ulp_of(3.0, torch.bfloat16) == 2 ** -6
+    assert ulp_of(1.0, torch.float16) == 2 ** -10
+    assert ulp_of(1.0, torch.float32) == 2 ** -23
+    assert ulp_of(0.0, torch.bfloat16) == 2 ** (-126 - 7)
+    if F8:
+        assert ulp_of(1.0, torch.float8_e4m3fn) == 2 ** -3
+
+
+def test_nonfinite_same_place_is_equal_one_sided_is_a_finding():
+    a = torch.tensor([1.0, float("nan"), float("inf"), 2.0], dtype=torch.bfloat16)
+    assert compare(a, a.clone())["status"] == "EXACT"
+    b = a.clone()
+    b[3] = float("-inf")
+    r = compare(a, b)
+    assert r["status"] == "NONFINITE" and r["nonfinite_one_sided"] == 1 and r["nonfinite_both"] == 2
+    assert math.isfinite(r["max_abs_diff"]) and math.isfinite(r["ref_absmax"])
+    st = tensor_stats(b)
+    assert st["nan_count"] == 1 and st["posinf_count"] == 1 and st["neginf_count"] == 1
+    assert st["max"] == 1.0 and st["min"] == 1.0 and st["mean"] == 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32] + F8)
+def test_tensor_stats_in_float64_for_every_float_dtype(dtype):
+    x = torch.tensor([0.5, -1.5, 2.0, 0.25]).to(dtype)
+    st = tensor_stats(x)
+    assert st["dtype"] == str(dtype) and st["min"] == -1.5 and st["max"] == 2.0
+    assert st["mean"] == pytest.approx(0.3125) and st["norm"] == pytest.approx(math.sqrt(0.25 + 2.25 + 4 + 0.0625))
+    assert st["nbytes"] == 4 * x.element_size()
+
+
+def test_dtype_diff_and_float64_stats():
+    x = torch.full((1000,), 1.0 + 2 ** -7, dtype=torch.bfloat16)
+    assert compare(x, x.float())["status"] == "DTYPE_DIFF"
+    st = tensor_stats(x)
+    assert st["mean"] == pytest.approx(1.0078125) and st["norm"] == pytest.approx(1.0078125 * math.sqrt(1000))
+    assert st["content_hash"] == tensor_stats(x.clone())["content_hash"]
+    assert st["content_hash"] != tensor_stats(next_up(x))["content_hash"]
+
+
+def test_pattern_and_systematic_bias():
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    col = x.clone()
+    col[:, 5] = -col[:, 5]
+    r = compare(x, col)
+    assert r["pattern"] == "whole_columns" and r["cols_differing"] == 1 and r["rows_differing"] == 16
+    r = compare(x.abs(), next_up(x.abs()))  # every element 1 ULP up
+    assert r["signed_mean_ulp"] == 1.0 and r["pos_count"] == 512 and r["neg_count"] == 0
+    row = {"status": "NOT_EXACT", "op": "matmul", "inputs": ["a"], **r}
+    A.classify(row, {"a": {"status": "EXACT"}}, {"rounding_max_tensor_ulp": 4})
+    # within 1 ULP everywhere but all one direction: a systematic-bias finding, still rounding-level magnitude
+    assert row["systematic_bias"] is True and any("systematic bias" in e for e in row["class_evidence"])
+
+
+def test_elementwise_op_with_equal_inputs_is_logic_level():
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    y = x.clone()
+    y[0, 0] = next_up(y[0, :1])[0]
+    r = compare(x, y)
+    assert r["tensor_ulp"] <= 1
+    row = {"status": "NOT_EXACT", "op": "elementwise", "inputs": ["q_norm"], **r}
+    A.classify(row, {"q_norm": {"status": "EXACT"}}, {"rounding_max_tensor_ulp": 4})
+    assert row["class"] == "logic-level"
+    assert any("cannot be accumulation-order noise" in e for e in row["class_evidence"])
+    # the same difference behind a differing input is rounding-level (propagated)
+    row2 = {"status": "NOT_EXACT", "op": "elementwise", "inputs": ["q_norm"], **r}
+    A.classify(row2, {"q_norm": {"status": "NOT_EXACT"}}, {"rounding_max_tensor_ulp": 4})
+    assert row2["class"] == "rounding-level" and row2["inputs_equal"] is False
+
+
+def _megatron_qkv(q, k, v, groups):
+    s = q.shape[0]
+    qg = q.reshape(s, groups, -1)
+    kg = k.reshape(s, groups, -1)
+    vg = v.reshape(s, groups, -1)
+    return torch.cat([qg, kg, vg], -1).reshape(s, -1)
+
+
+def test_megatron_per_group_qkv_layout():
+    g = torch.Generator().manual_seed(3)
+    S, H, KV, d = 5, 4, 2, 8
+    q, k, v = (torch.randn(S, n * d, generator=g).to(torch.bfloat16) for n in (H, KV, KV))
+    meg = _megatron_qkv(q, k, v, KV)
+    dims = {"q_size": H * d, "kv_size": KV * d, "head_dim": d}
+    assert torch.equal(M._qkv_split(meg, "per_group", "q", dims), q)
+    assert torch.equal(M._qkv_split(meg, "per_group", "k", dims), k)
+    assert torch.equal(M._qkv_split(meg, "per_group", "v", dims), v)
+    assert not torch.equal(M._qkv_split(meg, "concat", "q", dims), q)
+
+
+def test_megatron_map_regroups_and_records_the_scan(tmp_path):
+    g = torch.Generator().manual_seed(4)
+    S, H, KV, d, hid = 6, 4, 2, 8, 32
+    q, k, v = (torch.randn(S, n * d, generator=g).to(torch.bfloat16) for n in (H, KV, KV))
+    vllm = torch.cat([q, k, v], -1)
+    meg = _megatron_qkv(q, k, v, KV).unsqueeze(1)  # [S, B=1, D]
+    p = "Module.module.module.decoder.layers.0.self_attention"
+    write_dump(tmp_path / "train", [(f"{p}.linear_qkv.ColumnParallelLinear.forward.0", None, {"output": [meg]})])
+    vp = "Module.model.layers.0.self_attn"
+    write_dump(tmp_path / "infer", [
+        (f"{vp}.qkv_proj.QKVParallelLinear.forward.0", None,
+         {"output": [vllm], "parameters": {"weight": torch.zeros((H + 2 * KV) * d, hid, dtype=torch.bfloat16)}}),
+        (f"{vp}.q_norm.RMSNorm.forward.0", None, {"output": [q.reshape(S, H, d)],
+                                                   "parameters": {"weight": torch.ones(d, dtype=torch.bfloat16)}}),
+        (f"{vp}.o_proj.RowParallelLinear.forward.0", None,
+         {"output": [torch.zeros(S, hid)], "parameters": {"weight": torch.zeros(hid, H * d, dtype=torch.bfloat16)}}),
+    ])
+    an = A.analyze_pair([A.RoundInput(tmp_path / "train", tmp_path / "infer")], M.load_map("qwen3_megatron_vllm"))
+    assert an.dims == {"head_dim": 8, "q_size": 32, "qkv_rows": 64, "kv_size": 16}
+    r = {x["boundary"]: x for x in an.boundary_rows}
+    assert r["L0.qkv.out"]["status"] == "EXACT"
+    scan = [s for s in an.layout_scans if s["boundary"] == "L0.qkv.out"][0]
+    assert scan["chosen"] == "per_group" and scan["scores"]["per_group"] == pytest.approx(1.0)
+    assert scan["scores"]["concat"] < 0.9
+    assert "with Transformer Engine" in r["L0.input_layernorm.out"]["reason"]
+    assert r["L0.input_layernorm.out"]["status"] == "evidence_missing"

@@ -1,0 +1,70 @@
+"""The same generated models dumped by the real msprobe (mindstudio-probe), including a stub round via
+msprobe's own ``load`` setting fed by ``tilake dumps stub-prepare``.
+
+Runs when a Python with ``msprobe`` and ``torch`` importable is available: the current interpreter, or
+``$TILAKE_MSPROBE_PYTHON`` (e.g. a separate venv with ``pip install mindstudio-probe`` plus a ``.pth``
+pointing at this venv's site-packages for torch). Skipped otherwise: mindstudio-probe pulls pandas, scipy,
+scikit-learn, onnx and tensorboard, so it is not a test dependency.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tilake.cli import main
+
+GEN = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe_writer.py"
+
+
+def _python():
+    exe = os.environ.get("TILAKE_MSPROBE_PYTHON")
+    if exe:
+        return exe
+    return sys.executable if importlib.util.find_spec("msprobe") else None
+
+
+PY = _python()
+pytestmark = pytest.mark.skipif(PY is None, reason="msprobe (mindstudio-probe) not importable; "
+                                                   "set TILAKE_MSPROBE_PYTHON to a Python that has it")
+
+
+def dump(side, out, fault="-", config=None):
+    args = [PY, str(GEN), side, str(out), fault] + ([str(config)] if config else [])
+    p = subprocess.run(args, capture_output=True, text=True, cwd=str(out.parent))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def test_real_msprobe_pair_and_stub_round_through_load(tmp_path):
+    dump("train", tmp_path / "train")
+    dump("infer", tmp_path / "clean")
+    dump("infer", tmp_path / "wr", "weight_row")
+    run = CliRunner()
+    r = run.invoke(main, ["dumps", "analyze", "--train", str(tmp_path / "train"), "--infer", str(tmp_path / "clean"),
+                          "--out", str(tmp_path / "o_clean"), "--no-charts"])
+    assert r.exit_code == 0, r.output
+    src = json.loads((tmp_path / "o_clean" / "report_source.json").read_text())
+    assert src["results"]["verdict"] == "exact" and src["summary"]["counts_round0"] == {"EXACT": 35}
+    r = run.invoke(main, ["dumps", "analyze", "--train", str(tmp_path / "train"), "--infer", str(tmp_path / "wr"),
+                          "--out", str(tmp_path / "o0"), "--no-charts"])
+    assert r.exit_code == 0, r.output
+    src = json.loads((tmp_path / "o0" / "report_source.json").read_text())
+    assert src["first_divergence"]["boundary"] == "L1.gate_proj.out" and src["logic_level_points"] == ["L1.gate_proj.out"]
+    r = run.invoke(main, ["dumps", "stub-prepare", "--train", str(tmp_path / "train"), "--infer", str(tmp_path / "wr"),
+                          "--instruction", str(tmp_path / "o0" / "stub_instruction.json"), "--out", str(tmp_path / "s1")])
+    assert r.exit_code == 0, r.output
+    dump("infer", tmp_path / "wr_r1", "weight_row", tmp_path / "s1" / "msprobe_config.json")
+    r = run.invoke(main, ["dumps", "analyze", "--train", str(tmp_path / "train"), "--infer", str(tmp_path / "wr"),
+                          "--round", str(tmp_path / "train"), str(tmp_path / "wr_r1"),
+                          "--out", str(tmp_path / "o1"), "--no-charts"])
+    assert r.exit_code == 0, r.output
+    src = json.loads((tmp_path / "o1" / "report_source.json").read_text())
+    assert [x["outcome"] for x in src["rounds"]] == ["stub_needed", "downstream_all_exact"]
+    assert src["rounds"][1]["stub_verification"]["effective"] is True
+    assert [p["boundary"] for p in src["points"]] == ["L1.gate_proj.out"]

@@ -1,0 +1,35 @@
+"""Older real msprobe files (shared/fixtures/msprobe, mstt 8.3.3 test data): a Megatron (PanGu) NPU
+statistics dump with construct.json roots "" and the {name: frames} stack.json form."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tilake.diagnosis.lake_rows import stats_rows
+from tilake.ingest.msprobe.probe import probe_side
+from tilake.ingest.msprobe.reader import DumpSide
+
+FIX = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "msprobe"
+PANGU = FIX / "mindspore_ut" / "compare" / "dump_file" / "pytorch_data"
+
+pytestmark = pytest.mark.skipif(not PANGU.is_dir(), reason="shared/fixtures/msprobe not present beside the clone")
+
+
+def test_megatron_npu_statistics_dump_8x_layout():
+    d = DumpSide(PANGU)
+    assert d.construct_variant == "8.x" and d.stack_variant == "8.x"
+    assert d.meta["task"] == "statistics" and d.warnings == []
+    p = probe_side(d)
+    assert p["layers"] == 1 and p["wrapper_segments"] == {"module": 4}
+    assert {"ParallelAttention", "ParallelTransformerLayer", "RMSNorm", "VocabParallelEmbedding"} <= set(p["module_classes"])
+    assert {"NPU.npu_rms_norm", "NPU.npu_fusion_attention", "Distributed.all_reduce"} <= set(p["apis"])
+    # "" roots are roots; children found by structure
+    emb = "Module.module.module.language_model.embedding.word_embeddings.VocabParallelEmbedding.forward.0"
+    assert d.children(emb) == ["Tensor.__or__.0.forward", "Distributed.all_reduce.0.forward"]
+    assert d.parents["Tensor.__add__.0.forward"] is None
+    frames = d.stack_frames()
+    assert "Tensor.__add__.0.forward" in frames and frames["Tensor.__add__.0.forward"][0].startswith("File ")
+    # statistics only: no tensor files to read, said so per slot
+    rows = stats_rows(d, "train", 0)
+    assert rows and {r["status"] for r in rows} == {"no_data"}
