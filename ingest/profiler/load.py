@@ -18,7 +18,6 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from tilake.lake import schema
