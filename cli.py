@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from tilake import settings
 from tilake.errors import TilakeError
 
 # --- parameter types: a bad value fails at the door with one `error:` line (datasette style) -----
@@ -94,7 +95,7 @@ RUN_ID = RunId()
 
 LAKE_OPTION = click.option(
     "--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
-    envvar="TILAKE_LAKE", show_envvar=True,
+    envvar=settings.LAKE, show_envvar=True,
     help="Lake folder (default ./tilake-lake).")
 
 
@@ -451,22 +452,19 @@ def sql_cmd(query, fmt, output, max_rows, lake_path) -> None:
 @LAKE_OPTION
 def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path) -> None:
     """A named trend across runs as a table with sparklines and a PNG line chart."""
-    import re as _re
-
-    from tilake.reports import trends
+    from tilake.pipeline.trend import list_trends, trend_command
+    from tilake.reports.trends import print_trend
 
     if list_only or not metric:
-        for name, d in trends.trend_defs().items():
-            click.echo(f"{name:24} {d.title}" + (f" [{d.unit}]" if d.unit else ""))
+        for name, title, unit in list_trends():
+            click.echo(f"{name:24} {title}" + (f" [{unit}]" if unit else ""))
         if not list_only:
             raise TilakeError("give --metric NAME (one of the trends above)")
         return
-    res = trends.compute_trend(_lake(lake_path), metric, by, x)
-    trends.print_trend(res)
-    if not no_chart and res.series:
-        out = output or Path(f"trend_{metric}_by_{_re.sub(r'[^A-Za-z0-9._-]+', '_', by)}.png")
-        click.echo(f"chart: {trends.plot_trend(res, out)}")
-
+    res, chart = trend_command(_lake(lake_path), metric, by, x, output, chart=not no_chart)
+    print_trend(res)
+    if chart is not None:
+        click.echo(f"chart: {chart}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,6 +31,7 @@ from typing import List, Optional, Sequence
 
 import yaml
 
+from tilake import settings
 from tilake.errors import TilakeError
 from tilake.files import atomic_path, atomic_write_text
 from tilake.lake.duck import connect
@@ -207,7 +208,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     console = Console(stderr=True)
     status = (console.status(f"dbt {command}: seeds, models and tests of {lake.root.name} …")
               if progress and console.is_terminal else contextlib.nullcontext())
-    with lake.writing(), status, _env(TILAKE_LAKE=str(dbt_lake_root(lake.root)),
+    with lake.writing(), status, _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
                                       DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
         auto_refresh = False
         if not full_refresh and not select and command in ("build", "run"):
