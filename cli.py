@@ -324,10 +324,10 @@ def dumps_stub_prepare(train, infer, instruction, out_dir, map_name) -> None:
 @dumps_group.command("maps")
 def dumps_maps() -> None:
     """List the boundary maps shipped in models/."""
-    from tilake.diagnosis.maps import list_maps
+    from tilake.pipeline.dumps import map_names
 
-    for p in list_maps():
-        click.echo(p.stem)
+    for name in map_names():
+        click.echo(name)
 
 
 # --- scan (RL launch script → report) --------------------------------------------------------

@@ -3,13 +3,14 @@
 * :func:`run_probe` — naming patterns of each side (``dumps probe``).
 * :func:`run_analyze` — round 0 (+ stub rounds) → output files, optionally the lake and marts.
 * :func:`run_stub_prepare` — write the tensors a stub instruction needs where msprobe ``load`` reads them.
+* :func:`map_names` — the shipped boundary maps (``dumps maps``).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
@@ -147,6 +148,11 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
             "points": [(p["round"], p["boundary"], p["class"]) for p in an.points],
             "stub_needed": bool((an.stub_instruction or {}).get("needed")),
             "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built}
+
+
+def map_names() -> List[str]:
+    """Names of the boundary maps shipped in ``models/`` (``dumps analyze --map NAME``)."""
+    return [p.stem for p in M.list_maps()]
 
 
 def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,

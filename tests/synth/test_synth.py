@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-from pathlib import Path
 
 import pytest
 
@@ -15,27 +13,13 @@ from tilake.synth import db as synth_db
 from tilake.synth import tables as synth_ddl
 from tilake.synth import JobConfig, infer_population, train_population, write_profiler_db
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-FIX_DB = SHARED / "fixtures/profiler/msinsight/test/data/pytorch/db"
-FIX_TEXT = SHARED / "fixtures/profiler/msinsight/test/data/pytorch/text"
+from synth_helpers import FIX_DB, ro, table_info, tables
+
 READ_TABLES = ["TASK", "COMPUTE_TASK_INFO", "STRING_IDS", "PYTORCH_API", "CANN_API", "CONNECTION_IDS",
                "PYTORCH_CALLCHAINS", "COMMUNICATION_OP", "SESSION_TIME_INFO", "META_DATA", "ENUM_API_TYPE"]
 # columns MindStudio Insight adds to the level-1 fixture when it opens it (reference doc §2.2)
 INSIGHT_COLUMNS = {"depth", "waitNs"}
 SMALL = JobConfig(layers=2)
-
-
-def ro(path) -> sqlite3.Connection:
-    """Read-only, nothing created beside the file (the reference doc's WAL trap)."""
-    return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-
-
-def table_info(con, table):
-    return [(r[1], r[2], r[5]) for r in con.execute(f"PRAGMA table_info({table})")]
-
-
-def tables(con):
-    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sqlite3
 import subprocess
 import sys
 from decimal import Decimal
@@ -18,18 +17,9 @@ from tilake.synth import db as synth_db
 from tilake.synth import (JobConfig, infer_population, make_profiler_output, train_population,
                                  write_analysed, write_big_db, write_profiler_db, write_text_export)
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-FIX_TEXT = SHARED / "fixtures/profiler/msinsight/test/data/pytorch/text"
+from synth_helpers import FIX_TEXT, ro, table_info
+
 SMALL = JobConfig(layers=2)
-
-
-def ro(path) -> sqlite3.Connection:
-    """Read-only, nothing created beside the file (the reference doc's WAL trap)."""
-    return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-
-
-def column_types(con, table):
-    return [(r[1], r[2], r[5]) for r in con.execute(f"PRAGMA table_info({table})")]
 
 
 # --- text exports -------------------------------------------------------------------------------------
@@ -155,7 +145,7 @@ def test_cli_and_big_db(tmp_path):
         con = ro(s["path"])
         assert con.execute("SELECT (SELECT COUNT(*) FROM TASK), (SELECT COUNT(*) FROM COMPUTE_TASK_INFO)"
                            ).fetchone() == (5000, 5000)
-        assert column_types(con, "TASK") == [(n, "INTEGER", 0) for n in synth.columns_of(synth.ddl()["TASK"])]
+        assert table_info(con, "TASK") == [(n, "INTEGER", 0) for n in synth.columns_of(synth.ddl()["TASK"])]
         assert con.execute("SELECT COUNT(*) FROM COMPUTE_TASK_INFO c JOIN STRING_IDS s ON s.id = c.opType "
                            "WHERE s.value = 'FlashAttentionScore'").fetchone()[0] == 714   # i % 7 == 2, i < 5000
     p = subprocess.run([sys.executable, "-m", "tilake.synth", "big-db", str(tmp_path / "big_sqlite.db"),
