@@ -153,10 +153,17 @@ class Lake:
         """Hold the single-writer lock for the duration of the block.
 
         Raises:
-            LakeBusyError: another process holds it (message names the pid).
+            LakeBusyError: another process holds it (message names the pid); TilakeError: the lake
+            path is a file, or the folder or its lock file cannot be created.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.root.exists() and not self.root.is_dir():
+            raise TilakeError("lake path exists and is not a folder", path=self.root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise TilakeError(f"cannot create the lake folder or its lock file ({exc.strerror or exc})",
+                              path=self.root) from exc
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

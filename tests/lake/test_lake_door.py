@@ -133,3 +133,17 @@ def test_no_tmp_file_is_left_by_ensure(tmp_path):
         pass
     left = [p for p in lake.root.rglob("*") if p.name.startswith(".tmp-")]
     assert left == [] and os.path.exists(lake.raw / "stub_rounds" / "_empty.parquet")
+
+
+def test_a_file_or_unwritable_place_as_lake_is_one_line(tmp_path):
+    from tilake.errors import TilakeError
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for root, expect in ((f, "lake path exists and is not a folder"),
+                         (f / "sub", "cannot create the lake folder or its lock file")):
+        with pytest.raises(TilakeError) as ei:
+            with Lake(root).writing():
+                pass
+        assert expect in str(ei.value) and "\n" not in str(ei.value)
+    assert f.read_text() == "x"
