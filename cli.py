@@ -10,22 +10,104 @@ from pathlib import Path
 
 import click
 
+from tilake import settings
 from tilake.errors import TilakeError
+
+# --- parameter types: a bad value fails at the door with one `error:` line (datasette style) -----
+
+class DoorError(click.BadParameter):
+    """A bad option value found by one of tilake's ParamTypes; printed as one ``error:`` line."""
+
+
+class _TilakeType(click.ParamType):
+    """Base of tilake's ParamTypes: :meth:`fail` raises :class:`DoorError` with the plain message."""
+
+    def fail(self, message, param=None, ctx=None):
+        raise DoorError(message, ctx=ctx, param=param)
+
+    @staticmethod
+    def _opt(param) -> str:
+        return (param.opts[0] if param is not None and getattr(param, "opts", None) else "value")
+
+
+class RunId(_TilakeType):
+    """A run id: ``[A-Za-z0-9._-]+`` (:func:`tilake.lake.store.validate_run_id`)."""
+
+    name = "run_id"
+
+    def convert(self, value, param, ctx):
+        from tilake.lake.store import validate_run_id
+
+        try:
+            return validate_run_id(value)
+        except TilakeError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class KeyValue(_TilakeType):
+    """``key=value`` → ``(key, value)`` (both stripped); with ``numbers`` a digits-only value → int."""
+
+    name = "key=value"
+
+    def __init__(self, numbers: bool = False) -> None:
+        self.numbers = numbers
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        if "=" not in value:
+            self.fail(f"{self._opt(param)} expects key=value, got {value!r}", param, ctx)
+        k, v = value.split("=", 1)
+        v = v.strip()
+        return k.strip(), (int(v) if self.numbers and v.isdigit() else v)
+
+
+class IntList(_TilakeType):
+    """Comma-separated integers (``0,5,13``) → ``[0, 5, 13]``."""
+
+    name = "int,int,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        try:
+            return [int(x) for x in str(value).split(",")]
+        except ValueError:
+            self.fail(f"{self._opt(param)} must be comma-separated integers, got {value!r}", param, ctx)
+
+
+class TokenRange(_TilakeType):
+    """``START:END`` → ``(start, end)`` integers."""
+
+    name = "start:end"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            a, b = (int(x) for x in str(value).split(":"))
+        except ValueError:
+            self.fail(f"{self._opt(param)} must be START:END, got {value!r}", param, ctx)
+        return a, b
+
+
+RUN_ID = RunId()
 
 LAKE_OPTION = click.option(
     "--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
-    envvar="TILAKE_LAKE", show_envvar=True,
+    envvar=settings.LAKE, show_envvar=True,
     help="Lake folder (default ./tilake-lake).")
 
 
 class _Group(click.Group):
-    """A click group that turns TilakeError into one clean line and exit status 2."""
+    """A click group that turns TilakeError (and a bad value caught by a ParamType) into one clean
+    line and exit status 2."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except TilakeError as exc:
-            click.echo(f"error: {exc}", err=True)
+        except (TilakeError, DoorError) as exc:
+            click.echo(f"error: {exc.message if isinstance(exc, DoorError) else exc}", err=True)
             sys.exit(2)
 
 
@@ -40,32 +122,6 @@ def main() -> None:
 def _lake(lake_path):
     from tilake.lake.store import Lake
     return Lake(lake_path)
-
-
-def _tags(values):
-    tags = {}
-    for v in values:
-        if "=" not in v:
-            raise TilakeError(f"--tag expects key=value, got {v!r}")
-        k, val = v.split("=", 1)
-        tags[k.strip()] = val.strip()
-    return tags
-
-
-def _meta(model_id, model_family, tags, model_path=None, step=None, **extra):
-    meta = {k: v for k, v in extra.items() if v is not None}
-    if model_id:
-        meta["model_id"] = model_id
-    if not model_family and model_path:
-        from tilake.lake.registry import model_family_for
-        model_family = model_family_for(model_path, model_id)[0]
-    if model_family:
-        meta["model_family"] = model_family
-    if step is not None:
-        meta["step"] = step
-    if tags:
-        meta["tags"] = _tags(tags)
-    return meta
 
 
 def _print_summary(res, console=None) -> None:
@@ -96,7 +152,7 @@ def _print_summary(res, console=None) -> None:
 
 
 PROFILE_OPTIONS = [
-    click.option("--run-id", help="Run id (default: derived from the folder name and path)."),
+    click.option("--run-id", type=RUN_ID, help="Run id (default: derived from the folder name and path)."),
     click.option("--train", "train", multiple=True, type=click.Path(path_type=Path),
                  help="Training capture: DB file, *_ascend_pt or folder (repeatable)."),
     click.option("--infer", "infer", multiple=True, type=click.Path(path_type=Path),
@@ -107,7 +163,8 @@ PROFILE_OPTIONS = [
     click.option("--model-path", type=click.Path(path_type=Path),
                  help="Model folder (or its config.json): the family is read from model_type."),
     click.option("--step", type=int, help="RL step that was profiled."),
-    click.option("--tag", "tags", multiple=True, help="key=value label stored with the run (repeatable)."),
+    click.option("--tag", "tags", multiple=True, type=KeyValue(),
+                 help="key=value label stored with the run (repeatable)."),
     click.option("--allow-missing", is_flag=True,
                  help="Record sides without device evidence as evidence_missing instead of failing."),
 ]
@@ -119,16 +176,6 @@ def _profile_options(f):
     return f
 
 
-def _run_id(run_id, source, train, infer):
-    from tilake.lake.store import validate_run_id
-    from tilake.pipeline.profile import default_run_id
-    if run_id is not None:
-        return validate_run_id(run_id)
-    if not (source or train or infer):
-        raise TilakeError("give a profiler_output folder or --train/--infer paths")
-    return default_run_id(source or (list(train) + list(infer))[0])
-
-
 @main.command()
 @click.argument("profiler_output", required=False, type=click.Path(path_type=Path))
 @_profile_options
@@ -136,20 +183,14 @@ def _run_id(run_id, source, train, infer):
 def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
            lake_path):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
-    from tilake.ingest.profiler.load import ingest_profile
-    from tilake.pipeline.profile import collect_captures
+    from tilake.pipeline.profile import ingest_command
 
-    from tilake.pipeline.profile import source_description
-
-    rid = _run_id(run_id, profiler_output, train, infer)
-    caps = collect_captures(profiler_output, train, infer)
-    meta = _meta(model_id, model_family, tags, model_path, step, collection_method="recorded profiler output",
-                 source_path=source_description(profiler_output, train, infer))
-    res = ingest_profile(_lake(lake_path), rid, caps, meta, allow_missing=allow_missing)
+    res = ingest_command(profiler_output, _lake(lake_path), run_id, train, infer, allow_missing,
+                         model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
     for c in res.captures:
         click.echo(f"{c.capture.side} rank {c.capture.rank}: {c.status} kernels={c.kernels} "
                    f"host_ops={c.host_ops} {c.capture.path}" + (f" — {c.reason}" if c.reason else ""))
-    click.echo(f"run {rid}: {res.kernels} kernels; evidence train={res.side_evidence.get('train')} "
+    click.echo(f"run {res.run_id}: {res.kernels} kernels; evidence train={res.side_evidence.get('train')} "
                f"infer={res.side_evidence.get('infer')}")
 
 
@@ -160,15 +201,11 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_
 def build(select, full_refresh, lake_path):
     """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
     is swapped in atomically (readers with the warehouse open are never blocked)."""
-    from tilake.lake.warehouse import build_swapped
+    from tilake.pipeline.profile import build_command
 
-    lake = _lake(lake_path)
-    if not (lake.raw.is_dir() or lake.warehouse.exists()):
-        raise TilakeError("no lake here: ingest a run first (tilake ingest / run / example)", path=lake.root)
-    res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
-    for n in res.warnings:
-        from tilake.pipeline.profile import _warning_text
-        click.echo(f"warning: {_warning_text(n)}")
+    res, warnings = build_command(_lake(lake_path), select, full_refresh)
+    for w in warnings:
+        click.echo(f"warning: {w}")
     for n in res.failures:
         click.echo(f"FAIL: {n[0]}: {n[3]}", err=True)
     click.echo(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
@@ -177,16 +214,16 @@ def build(select, full_refresh, lake_path):
 
 
 @main.command()
-@click.argument("run_id")
+@click.argument("run_id", type=RUN_ID)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Folder for the report, CSV and JSON.")
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @LAKE_OPTION
 def report(run_id, out_dir, lang, lake_path):
     """Write the operator diff report of RUN_ID from the marts."""
-    from tilake.reports.op_diff import write_report
+    from tilake.pipeline.profile import report_command
 
-    out = write_report(_lake(lake_path).warehouse, run_id, out_dir, lang)
+    out = report_command(_lake(lake_path), run_id, out_dir, lang)
     click.echo(f"report: {out['report']}\ncsv: {out['csv']}")
     for p in out["runtime_ops"]:
         click.echo(f"ops: {p}")
@@ -202,12 +239,10 @@ def report(run_id, out_dir, lang, lake_path):
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
             out_dir, lang, lake_path):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
-    from tilake.pipeline.profile import run_profile
+    from tilake.pipeline.profile import run_command
 
-    rid = _run_id(run_id, profiler_output, train, infer)
-    out_dir = out_dir or (profiler_output.resolve().parent if profiler_output else Path("."))
-    meta = _meta(model_id, model_family, tags, model_path, step, collection_method="recorded profiler output")
-    res = run_profile(profiler_output, _lake(lake_path), rid, out_dir, meta, lang, train, infer, allow_missing)
+    res = run_command(profiler_output, _lake(lake_path), run_id, out_dir, lang, train, infer, allow_missing,
+                      model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
     _print_summary(res)
 
 
@@ -250,12 +285,15 @@ def dumps_probe(train, infer, json_out) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder.")
 @click.option("--round", "rounds", nargs=2, multiple=True, type=click.Path(path_type=Path),
               help="TRAIN INFER dumps of the next stub round (repeatable, in round order).")
-@click.option("--card", "card", multiple=True, help="Task-card fact key=value (model, hardware, train_tp, goal, ...).")
+@click.option("--card", "card", multiple=True, type=KeyValue(numbers=True),
+              help="Task-card fact key=value (model, hardware, train_tp, goal, ...).")
 @click.option("--request-index", type=int, default=None, help="Row of the request in a batched inference tensor.")
-@click.option("--request-tokens", default=None, help="START:END rows of the request in a token-major inference batch.")
-@click.option("--cu-seqlens", default=None, help="Packed-sequence boundaries, e.g. 0,5,13 (to unpad a padded side).")
+@click.option("--request-tokens", type=TokenRange(), default=None,
+              help="START:END rows of the request in a token-major inference batch.")
+@click.option("--cu-seqlens", type=IntList(), default=None,
+              help="Packed-sequence boundaries, e.g. 0,5,13 (to unpad a padded side).")
 @click.option("--logprob-json", type=click.Path(path_type=Path), default=None, help="Measured prefill log-prob diff {mean,max,std,source}.")
-@click.option("--run-id", default=None, help="Also write the analysis into the lake under this run id.")
+@click.option("--run-id", type=RUN_ID, default=None, help="Also write the analysis into the lake under this run id.")
 @LAKE_OPTION
 @click.option("--build/--no-build", default=False, help="Build the dump marts (dbt) after writing the lake.")
 @click.option("--charts/--no-charts", default=True, help="Embed charts in the HTML report.")
@@ -265,7 +303,7 @@ def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, 
     from tilake.pipeline.dumps import run_analyze
     from tilake.reports.dumps_console import print_summary
 
-    print_summary(run_analyze(train, infer, out_dir, map_name, rounds, card, request_index, cu_seqlens,
+    print_summary(run_analyze(train, infer, out_dir, map_name, rounds, dict(card), request_index, cu_seqlens,
                               logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens))
 
 
@@ -286,10 +324,10 @@ def dumps_stub_prepare(train, infer, instruction, out_dir, map_name) -> None:
 @dumps_group.command("maps")
 def dumps_maps() -> None:
     """List the boundary maps shipped in models/."""
-    from tilake.diagnosis.maps import list_maps
+    from tilake.pipeline.dumps import map_names
 
-    for p in list_maps():
-        click.echo(p.stem)
+    for name in map_names():
+        click.echo(name)
 
 
 # --- scan (RL launch script → report) --------------------------------------------------------
@@ -301,7 +339,7 @@ def dumps_maps() -> None:
               help="Run stages 4-5 on a recorded verl profiler_output/ folder (no NPU needed); "
                    "SCRIPT, if given, supplies the model id and parsed config.")
 @LAKE_OPTION
-@click.option("--run-id", default=None, help="Run id (default: derived from the script path and model id).")
+@click.option("--run-id", type=RUN_ID, default=None, help="Run id (default: derived from the script path and model id).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Folder for the report, CSV and runtime-ops JSON.")
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
@@ -335,7 +373,7 @@ def runs_group(ctx, lake_path) -> None:
 
 
 @runs_group.command("rm")
-@click.argument("run_id")
+@click.argument("run_id", type=RUN_ID)
 @click.option("--no-build", is_flag=True, help="Only remove the partitions; rebuild later with `tilake build`.")
 @LAKE_OPTION
 @click.pass_context
@@ -347,14 +385,12 @@ def runs_rm(ctx, run_id, no_build, lake_path) -> None:
     click.echo(f"removed run {run_id} from {len(tables)} table(s): {', '.join(tables)}")
     if res is not None:
         click.echo(f"rebuilt: {len(res.nodes)} dbt nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
-        if not res.success:
-            raise TilakeError("dbt build failed after removing the run: "
-                              + "; ".join(f"{n[0]}: {n[3].splitlines()[0] if n[3] else n[2]}" for n in res.failures[:3]))
+        res.raise_if_failed("dbt build failed after removing the run")
 
 
 @runs_group.command("diff")
-@click.argument("base_run_id")
-@click.argument("run_id")
+@click.argument("base_run_id", type=RUN_ID)
+@click.argument("run_id", type=RUN_ID)
 @LAKE_OPTION
 @click.pass_context
 def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
@@ -416,22 +452,19 @@ def sql_cmd(query, fmt, output, max_rows, lake_path) -> None:
 @LAKE_OPTION
 def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path) -> None:
     """A named trend across runs as a table with sparklines and a PNG line chart."""
-    import re as _re
-
-    from tilake.reports import trends
+    from tilake.pipeline.trend import list_trends, trend_command
+    from tilake.reports.trends import print_trend
 
     if list_only or not metric:
-        for name, d in trends.trend_defs().items():
-            click.echo(f"{name:24} {d.title}" + (f" [{d.unit}]" if d.unit else ""))
+        for name, title, unit in list_trends():
+            click.echo(f"{name:24} {title}" + (f" [{unit}]" if unit else ""))
         if not list_only:
             raise TilakeError("give --metric NAME (one of the trends above)")
         return
-    res = trends.compute_trend(_lake(lake_path), metric, by, x)
-    trends.print_trend(res)
-    if not no_chart and res.series:
-        out = output or Path(f"trend_{metric}_by_{_re.sub(r'[^A-Za-z0-9._-]+', '_', by)}.png")
-        click.echo(f"chart: {trends.plot_trend(res, out)}")
-
+    res, chart = trend_command(_lake(lake_path), metric, by, x, output, chart=not no_chart)
+    print_trend(res)
+    if chart is not None:
+        click.echo(f"chart: {chart}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,14 +1,25 @@
-"""Output files: prove an output folder is writable before work starts.
+"""Output files: prove an output folder is writable, and write a file atomically.
 
-The lowest floor with :mod:`tilake.errors`: every layer may import it, it imports nothing of tilake
-but the error type.
+The lowest floor with :mod:`tilake.errors` and :mod:`tilake.settings`: every layer may import it,
+it imports nothing of tilake but the error type.
+
+Atomic write = the data goes to a hidden temp file in the target's own folder, then
+``os.replace`` puts it in place (POSIX ``rename(2)``: a reader sees the old file or the new one,
+never half of it; same folder, so same file system). A failure deletes the temp file and leaves
+the target as it was.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import uuid
 from pathlib import Path
+from typing import Any, Iterator, Union
 
 from tilake.errors import TilakeError
+
+PathLike = Union[str, Path]
 
 
 def check_out_dir(out_dir: Path) -> Path:
@@ -26,3 +37,56 @@ def check_out_dir(out_dir: Path) -> Path:
     except OSError as exc:
         raise TilakeError(f"output folder is not writable ({exc.strerror or exc})", path=out_dir) from exc
     return out_dir
+
+
+@contextlib.contextmanager
+def atomic_path(target: PathLike, prefix: str = ".", suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a temp path beside ``target``; on a clean exit it replaces ``target`` (``os.replace``).
+
+    For writers that need a path rather than bytes (DuckDB ``COPY … TO``, SQLite, ``shutil.copy2``).
+    The temp name is ``<prefix><target name>.<8 hex><suffix>`` (hidden by default, so no
+    ``*.parquet``/``*.json`` glob matches it while it is written). When the block raises, or
+    leaves no file at the temp path, the temp file is deleted and ``target`` is untouched.
+
+    Raises:
+        whatever the block raises; OSError from the rename.
+    """
+    target = Path(target)
+    tmp = target.with_name(f"{prefix}{target.name}.{uuid.uuid4().hex[:8]}{suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def atomic_write_bytes(path: PathLike, data: bytes, mkdir: bool = True) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file + ``os.replace``); returns ``path``.
+
+    Args:
+        mkdir: create the parent folder first.
+    Raises:
+        OSError: the folder cannot be created or written (callers turn it into a TilakeError
+        naming their file).
+    """
+    path = Path(path)
+    if mkdir:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return path
+
+
+def atomic_write_text(path: PathLike, text: str, mkdir: bool = True) -> Path:
+    """Write ``text`` as UTF-8 to ``path`` atomically; returns ``path`` (see :func:`atomic_write_bytes`)."""
+    return atomic_write_bytes(path, text.encode("utf-8"), mkdir)
+
+
+def atomic_write_json(path: PathLike, obj: Any, indent: int = 1, mkdir: bool = True) -> Path:
+    """Write ``obj`` as UTF-8 JSON (non-ASCII kept, ``indent``, trailing newline) atomically; returns ``path``.
+
+    Values JSON cannot hold (paths, datetimes) are written with ``str``.
+    """
+    text = json.dumps(obj, indent=indent, ensure_ascii=False, default=str) + "\n"
+    return atomic_write_text(path, text, mkdir)

@@ -1,4 +1,4 @@
-"""Write a dump analysis into the lake (tables in :mod:`tilake.lake.dump_schema`).
+"""Write a dump analysis into the lake (tables in :mod:`tilake.lake.schema`).
 
 ``tensor_stats`` reads every tensor of every round once, one file at a time (float64 statistics
 and a raw-byte hash, :func:`tilake.diagnosis.numerics.tensor_stats`); a missing or unreadable
@@ -11,7 +11,7 @@ import datetime as _dt
 import json
 from typing import Callable, Dict, List, Optional, Sequence
 
-from tilake.lake.dump_schema import DUMP_OWNED
+from tilake.lake.schema import DUMP_TABLES as DUMP_OWNED
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
 from tilake.diagnosis.analyze import Analysis, RoundInput

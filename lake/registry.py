@@ -1,6 +1,6 @@
 """The run registry across runs: list runs, remove a run, rebuild safely beside readers.
 
-Every ingest writes one ``runs`` row (``ingest/schema.py``: model id and family, step, parsed RL
+Every ingest writes one ``runs`` row (:mod:`tilake.lake.schema`: model id and family, step, parsed RL
 config, tool versions, host, created_at, tags); a dump analysis writes one ``dump_runs`` row.
 This module reads those raw tables (not the warehouse, so listing works before any build and
 never touches the warehouse lock) and removes runs.
@@ -16,19 +16,14 @@ until it closes); a reader opening afterwards sees the new one; neither blocks t
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
-
-import yaml
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from tilake.lake import schema
-from tilake.lake.duck import connect, sql_str
+from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake, raw_source, validate_run_id
 from tilake.lake.warehouse import build_swapped
@@ -291,10 +286,11 @@ def remove_run(lake: Lake, run_id: str, rebuild: bool = True):
         ``(tables_removed: list[str], build_result | None)``.
     Raises:
         TilakeError: invalid id, or no partition of that run exists (lake unchanged);
-        LakeBusyError: another writer holds the lake.
+        LakeBusyError: another writer holds the lake. A failed rebuild raises nothing here:
+        the caller reads ``build_result`` (:meth:`BuildResult.raise_if_failed`).
     """
     validate_run_id(run_id)
-    with lake.locked():
+    with lake.writing():   # one lock and one ensure for the removal and the rebuild
         tables = run_tables(lake, run_id)
         if not tables:
             known = [r for r in sorted({p.name.split("=", 1)[1] for t in schema.TABLES
@@ -302,8 +298,8 @@ def remove_run(lake: Lake, run_id: str, rebuild: bool = True):
             raise TilakeError(f"no run {run_id!r} in this lake", path=lake.root,
                               hint=("runs: " + ", ".join(known) + (" …" if len(known) == 5 else "")) if known
                               else "the lake has no runs")
-        lake.remove_run(run_id, hold_lock=False)
-        res = build_swapped(lake, hold_lock=False) if rebuild else None
+        lake.remove_run(run_id)
+        res = build_swapped(lake) if rebuild else None
     return tables, res
 
 

@@ -1,48 +1,82 @@
-"""Canonical schemas of the lake's ``raw/`` tables.
+"""The lake's ``raw/`` tables, each defined once: columns, types, partitions, owner, grain.
 
 Each table is a folder ``raw/<table>/`` holding Hive-style partitions
 ``run_id=<id>[/side=<side>/rank=<rank>]/part-*.parquet`` plus one zero-row ``_empty.parquet``
 that fixes the schema (so dbt sources resolve on an empty lake). The partition columns are
 also stored inside every file; readers use ``hive_partitioning=false``.
 
-Units: every time is integer nanoseconds (``*_ns``), sizes are bytes.
+:data:`RAW_TABLES` is the one definition. Everything else is derived from it: :data:`TABLES`
+and :data:`PARTITIONS` (the Python writer, :mod:`tilake.lake.store`), :data:`PROFILE_TABLES` and
+:data:`DUMP_TABLES` (what a profiler ingest and a dump analysis replace per run), and
+:func:`dbt_sources` (the table and column list of dbt's ``sources.yml``, checked against
+``dbt_project/models/staging/*/_*__sources.yml`` by the dbt tests).
+
+Units: every time is integer nanoseconds (``*_ns``), sizes are bytes, ``*_ulp`` units in the last
+place of the tensor's native dtype. JSON-typed columns hold JSON text.
 Adding a column: append it here; ``Lake.ensure`` rewrites older partitions with the column as NULL
 (the dbt sources read with ``union_by_name=false`` and need every file to carry every column).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
 
 Column = Tuple[str, str]
 
-TABLES: Dict[str, List[Column]] = {
-    # one row per run (partition: run_id)
-    "runs": [
+
+@dataclass(frozen=True)
+class RawTable:
+    """One raw lake table (the dbt-duckdb style: a one-line comment above each field)."""
+
+    # folder name under raw/ and the table's name in the dbt source
+    name: str
+    # dbt source it belongs to: "lake" (written by the profiler ingest) or "lake_dumps" (dump analysis)
+    source: str
+    # the grain, one sentence (the table's description in sources.yml)
+    description: str
+    # partition columns below run_id, in folder order
+    partitions: Tuple[str, ...]
+    # (column, DuckDB type, description; "" when the name says it all), in file order
+    columns: Tuple[Tuple[str, str, str], ...]
+
+
+def _cols(*specs: Any) -> Tuple[Tuple[str, str, str], ...]:
+    """``("a", "VARCHAR"), ("b", "BIGINT", "what b is")`` → full ``(name, type, description)`` triples."""
+    return tuple((s[0], s[1], s[2] if len(s) > 2 else "") for s in specs)
+
+
+_SIDE_RANK = (("run_id", "VARCHAR"), ("side", "VARCHAR", "train | infer"), ("rank", "INTEGER"))
+
+RAW_TABLES: Tuple[RawTable, ...] = (
+    # ------------------------------------------------------------------ profiler ingest (source "lake")
+    RawTable("runs", "lake", "One row per run.", (), _cols(
         ("run_id", "VARCHAR"), ("model_id", "VARCHAR"), ("model_family", "VARCHAR"),
         ("step", "INTEGER"), ("script_path", "VARCHAR"), ("collection_method", "VARCHAR"),
         ("train_backend", "VARCHAR"), ("infer_backend", "VARCHAR"),
-        ("parallel_config", "VARCHAR"),  # JSON {"tp":..,"pp":..,"ep":..}
-        ("rl_config", "VARCHAR"),        # JSON of the parsed launch-script config
-        ("tool_versions", "VARCHAR"),    # JSON {"torch_npu":..,"cann":..,...}
-        ("tags", "VARCHAR"),             # JSON {"key":"value"}
+        ("parallel_config", "VARCHAR", 'JSON {"tp":..,"pp":..,"ep":..}'),
+        ("rl_config", "VARCHAR", "JSON of the parsed launch-script config"),
+        ("tool_versions", "VARCHAR", 'JSON {"torch_npu":..,"cann":..,...}'),
+        ("tags", "VARCHAR", 'JSON {"key":"value"}'),
         ("host", "VARCHAR"), ("source_path", "VARCHAR"), ("kind", "VARCHAR"),
-        ("created_at", "TIMESTAMP"),
-    ],
-    # one row per ingested source (DB file, text export folder, unparsed raw folder)
-    "captures": [
-        ("run_id", "VARCHAR"), ("side", "VARCHAR"), ("rank", "INTEGER"),
+        ("created_at", "TIMESTAMP", "UTC, naive"),
+    )),
+    RawTable("captures", "lake",
+             "One row per ingested profiler source (DB file or text export) per side and rank.",
+             ("side", "rank"), _cols(
+        *_SIDE_RANK,
         ("capture_id", "VARCHAR"), ("path", "VARCHAR"), ("source_kind", "VARCHAR"),
         ("sha256", "VARCHAR"), ("size_bytes", "BIGINT"), ("schema_variant", "VARCHAR"),
         ("profiler_level", "VARCHAR"), ("schema_version", "VARCHAR"),
         ("truncated", "BOOLEAN"), ("session_start_ns", "BIGINT"), ("session_end_ns", "BIGINT"),
-        ("table_rows", "VARCHAR"),       # JSON {table: rows}
+        ("table_rows", "VARCHAR", "JSON {table: rows}"),
         ("kernel_count", "BIGINT"), ("host_op_count", "BIGINT"),
-        ("status", "VARCHAR"),           # ok | evidence_missing | unparsed | error
+        ("status", "VARCHAR", "ok | host_fallback | evidence_missing | unparsed | error"),
         ("reason", "VARCHAR"),
-    ],
-    # one row per device kernel (TASK ⋈ COMPUTE_TASK_INFO, plus COMMUNICATION_OP) or text row
-    "kernels": [
-        ("run_id", "VARCHAR"), ("side", "VARCHAR"), ("rank", "INTEGER"),
+    )),
+    RawTable("kernels", "lake",
+             "One row per device kernel (TASK joined to COMPUTE_TASK_INFO, plus COMMUNICATION_OP) "
+             "or aggregated text row (call_count > 1).", ("side", "rank"), _cols(
+        *_SIDE_RANK,
         ("capture_id", "VARCHAR"), ("source_kind", "VARCHAR"),
         ("global_task_id", "BIGINT"), ("device_id", "INTEGER"), ("stream_id", "INTEGER"),
         ("task_id", "BIGINT"), ("start_ns", "BIGINT"), ("end_ns", "BIGINT"), ("dur_ns", "BIGINT"),
@@ -52,75 +86,132 @@ TABLES: Dict[str, List[Column]] = {
         ("output_shapes", "VARCHAR"), ("output_dtypes", "VARCHAR"), ("output_formats", "VARCHAR"),
         ("connection_id", "BIGINT"), ("cann_api_name", "VARCHAR"),
         ("host_op_id", "BIGINT"), ("host_op_name", "VARCHAR"), ("callchain_id", "BIGINT"),
-        ("call_count", "BIGINT"),        # 1 per device row; >1 for aggregated text rows
-    ],
-    # one row per framework op (PYTORCH_API type 50001) or host-side API statistic row
-    "host_ops": [
-        ("run_id", "VARCHAR"), ("side", "VARCHAR"), ("rank", "INTEGER"),
+        ("call_count", "BIGINT", "1 per device row; >1 for aggregated text rows"),
+    )),
+    RawTable("host_ops", "lake",
+             "One row per framework op (PYTORCH_API type 50001) or host API statistic row.",
+             ("side", "rank"), _cols(
+        *_SIDE_RANK,
         ("capture_id", "VARCHAR"), ("source_kind", "VARCHAR"),
         ("host_op_id", "BIGINT"), ("name", "VARCHAR"), ("start_ns", "BIGINT"), ("end_ns", "BIGINT"),
         ("global_tid", "BIGINT"), ("connection_id", "BIGINT"), ("sequence_number", "BIGINT"),
         ("input_shapes", "VARCHAR"), ("input_dtypes", "VARCHAR"), ("callchain_id", "BIGINT"),
         ("kernel_count", "BIGINT"), ("call_count", "BIGINT"),
-    ],
-    # one row per frame of a PYTORCH_CALLCHAINS stack
-    "call_stacks": [
-        ("run_id", "VARCHAR"), ("side", "VARCHAR"), ("rank", "INTEGER"),
+    )),
+    RawTable("call_stacks", "lake", "One row per frame of a PYTORCH_CALLCHAINS stack.", ("side", "rank"), _cols(
+        *_SIDE_RANK,
         ("capture_id", "VARCHAR"), ("callchain_id", "BIGINT"), ("depth", "INTEGER"),
         ("frame", "VARCHAR"),
-    ],
-    # one row per MSTX range (verl phase markers: update_actor, generate_sequences, ...)
-    "mstx_ranges": [
-        ("run_id", "VARCHAR"), ("side", "VARCHAR"), ("rank", "INTEGER"),
+    )),
+    RawTable("mstx_ranges", "lake",
+             "One row per MSTX range (verl phase markers: update_actor, generate_sequences, ...).",
+             ("side", "rank"), _cols(
+        *_SIDE_RANK,
         ("capture_id", "VARCHAR"), ("message", "VARCHAR"), ("start_ns", "BIGINT"),
         ("end_ns", "BIGINT"), ("global_tid", "BIGINT"),
-    ],
-    # per-LLM-family source-path notes (models/callstack_notes.yaml) recorded with the run
-    "source_notes": [
+    )),
+    RawTable("source_notes", "lake",
+             "Per-family source-path notes (models/callstack_notes.yaml) recorded with the run.", (), _cols(
         ("run_id", "VARCHAR"), ("model_family", "VARCHAR"), ("module", "VARCHAR"),
         ("side", "VARCHAR"), ("path", "VARCHAR"), ("function", "VARCHAR"), ("kernel", "VARCHAR"),
-    ],
-}
+    )),
+    # ------------------------------------------------------------------ dump analysis (source "lake_dumps")
+    RawTable("dump_runs", "lake_dumps", "One row per analysed dump pair (run): map, verdict, task card.", (), _cols(
+        ("run_id", "VARCHAR"), ("map_name", "VARCHAR"), ("reference_side", "VARCHAR"),
+        ("train_path", "VARCHAR"), ("infer_path", "VARCHAR"), ("rounds", "INTEGER"),
+        ("verdict", "VARCHAR", "exact | nonzero | not_run | evidence_missing"),
+        ("consistency", "VARCHAR", "bitwise | rounding_only | logic_level | unknown"),
+        ("verdict_reason", "VARCHAR"), ("task_card", "VARCHAR", "JSON"),
+        ("created_at", "TIMESTAMP", "UTC, naive"),
+    )),
+    RawTable("tensor_stats", "lake_dumps",
+             "One row per dumped tensor slot per side, rank and round (float64 statistics, content hash).",
+             ("side", "rank"), _cols(
+        *_SIDE_RANK, ("round", "INTEGER"),
+        ("step", "INTEGER"), ("entry", "VARCHAR"), ("io_kind", "VARCHAR"), ("idx", "VARCHAR"),
+        ("exec_order", "INTEGER"), ("data_name", "VARCHAR"),
+        ("dtype", "VARCHAR"), ("declared_dtype", "VARCHAR"), ("dtype_mismatch", "BOOLEAN"),
+        ("shape", "VARCHAR", "JSON list"),
+        ("numel", "BIGINT"), ("nbytes", "BIGINT", "bytes"),
+        ("min", "DOUBLE"), ("max", "DOUBLE"), ("mean", "DOUBLE"), ("norm", "DOUBLE"),
+        ("nan_count", "BIGINT"), ("posinf_count", "BIGINT"), ("neginf_count", "BIGINT"),
+        ("content_hash", "VARCHAR"),
+        ("status", "VARCHAR", "ok | missing | unreadable | no_data"),
+        ("reason", "VARCHAR"),
+    )),
+    RawTable("boundary_results", "lake_dumps",
+             "One row per semantic boundary (activation or weight) per round: exact gate, ULP figures, class.",
+             (), _cols(
+        ("run_id", "VARCHAR"), ("round", "INTEGER"), ("kind", "VARCHAR", "activation | weight"),
+        ("boundary", "VARCHAR"), ("position", "INTEGER"), ("layer", "INTEGER"), ("op", "VARCHAR"),
+        ("inputs", "VARCHAR", "JSON list of boundary names"),
+        ("status", "VARCHAR"), ("reason", "VARCHAR"),
+        ("train_source", "VARCHAR"), ("infer_source", "VARCHAR"),
+        ("train_transforms", "VARCHAR"), ("infer_transforms", "VARCHAR"),
+        ("train_shape", "VARCHAR"), ("infer_shape", "VARCHAR"),
+        ("train_dtype", "VARCHAR"), ("infer_dtype", "VARCHAR"),
+        ("numel", "BIGINT"), ("mismatch_count", "BIGINT"), ("mismatch_fraction", "DOUBLE"),
+        ("max_abs_diff", "DOUBLE"), ("ref_absmax", "DOUBLE"), ("tensor_ulp", "DOUBLE"),
+        ("max_elem_ulp", "BIGINT"), ("max_elem_ulp_significant", "BIGINT"),
+        ("signed_mean_ulp", "DOUBLE"), ("pos_count", "BIGINT"), ("neg_count", "BIGINT"),
+        ("ulp_hist", "VARCHAR", "JSON {bin: count}"),
+        ("rows_total", "BIGINT"), ("rows_differing", "BIGINT"),
+        ("cols_total", "BIGINT"), ("cols_differing", "BIGINT"), ("pattern", "VARCHAR"),
+        ("systematic_bias", "BOOLEAN"), ("inputs_equal", "BOOLEAN"),
+        ("class", "VARCHAR", "rounding-level | logic-level | NULL"),
+        ("class_evidence", "VARCHAR", "JSON list"),
+        ("notes", "VARCHAR", "JSON list (transforms applied, layout scans)"),
+        ("role", "VARCHAR", "independent_point | propagated | suspect | NULL (equal/not compared)"),
+    )),
+    RawTable("stub_rounds", "lake_dumps",
+             "One row per stub round: instruction (issued after round - 1), verification, outcome.", (), _cols(
+        ("run_id", "VARCHAR"), ("round", "INTEGER"), ("isolated_boundary", "VARCHAR"),
+        ("source_side", "VARCHAR"), ("target_side", "VARCHAR"), ("available", "BOOLEAN"),
+        ("instruction", "VARCHAR", "JSON"),
+        ("verified", "BOOLEAN", "NULL when that round's dumps were not supplied"),
+        ("verification", "VARCHAR", "JSON"),
+        ("outcome", "VARCHAR"),
+    )),
+)
 
-# partition columns below run_id, per table
-PARTITIONS: Dict[str, List[str]] = {
-    "runs": [],
-    "captures": ["side", "rank"],
-    "kernels": ["side", "rank"],
-    "host_ops": ["side", "rank"],
-    "call_stacks": ["side", "rank"],
-    "mstx_ranges": ["side", "rank"],
-    "source_notes": [],
-}
-
+# derived views of RAW_TABLES (tests may monkeypatch TABLES entries to simulate a schema change)
+TABLES: Dict[str, List[Column]] = {t.name: [(c, ty) for c, ty, _d in t.columns] for t in RAW_TABLES}
+PARTITIONS: Dict[str, List[str]] = {t.name: list(t.partitions) for t in RAW_TABLES}
 # the tables a profiler ingest owns (replaced together when a run is re-ingested)
-PROFILE_TABLES = ["runs", "captures", "kernels", "host_ops", "call_stacks", "mstx_ranges", "source_notes"]
+PROFILE_TABLES: List[str] = [t.name for t in RAW_TABLES if t.source == "lake"]
+# the tables a dump analysis owns (replaced together when a run's dumps are analysed again)
+DUMP_TABLES: List[str] = [t.name for t in RAW_TABLES if t.source == "lake_dumps"]
+
+SOURCE_DESCRIPTIONS = {
+    "lake": "Hive-partitioned Parquet written by tilake ingest (lake/raw/<table>/run_id=.../...).",
+    "lake_dumps": "msprobe dump analysis tables written by tilake (diagnosis/lake_rows.py), "
+                  "Hive-partitioned Parquet.",
+}
+# how dbt-duckdb reads every source table: straight from the Parquet files (see the module docstring)
+EXTERNAL_LOCATION = ("read_parquet('{{ env_var('TILAKE_LAKE', '../tilake-lake') }}/raw/{name}/**/*.parquet', "
+                     "hive_partitioning=false, union_by_name=false)")
 
 
-from tilake.lake.dump_schema import DUMP_PARTITIONS, DUMP_TABLES  # noqa: E402
+def dbt_sources() -> Dict[str, Any]:
+    """The dbt ``sources.yml`` content rendered from :data:`RAW_TABLES`.
 
-TABLES.update(DUMP_TABLES)
-PARTITIONS.update(DUMP_PARTITIONS)
-
-
-def register(table: str, columns: List[Column], partitions: List[str]) -> None:
-    """Register another raw table (used by the dump reader). Idempotent."""
-    TABLES[table] = columns
-    PARTITIONS[table] = partitions
-
-
-def select_list(table: str) -> str:
-    """``CAST(col AS type) AS col, ...`` for every column of ``table`` (schema enforcement)."""
-    return ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t in TABLES[table])
+    Returns:
+        ``{"version": 2, "sources": [{"name", "description", "meta": {"external_location"},
+        "tables": [{"name", "description", "columns": [{"name", "data_type", "description"?}]}]}]}``,
+        one source per :attr:`RawTable.source` in definition order (``lake``, ``lake_dumps``), tables
+        and columns in file order; ``data_type`` is the DuckDB type. A column's ``description`` is
+        present only when the schema gives one.
+    """
+    sources: Dict[str, Dict[str, Any]] = {}
+    for t in RAW_TABLES:
+        src = sources.setdefault(t.source, {"name": t.source, "description": SOURCE_DESCRIPTIONS[t.source],
+                                            "meta": {"external_location": EXTERNAL_LOCATION}, "tables": []})
+        cols = [{"name": c, "data_type": ty, **({"description": d} if d else {})} for c, ty, d in t.columns]
+        src["tables"].append({"name": t.name, "description": t.description, "columns": cols})
+    return {"version": 2, "sources": list(sources.values())}
 
 
 def null_list(columns: List[Column]) -> str:
     """``CAST(NULL AS type) AS col, ...`` for the given ``(name, type)`` columns (empty schema
     relations, columns added to old partitions)."""
     return ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in columns)
-
-
-def ddl(table: str, name: str = None) -> str:
-    """``CREATE TABLE`` statement for ``table`` (under ``name`` if given)."""
-    cols = ", ".join(f'"{c}" {t}' for c, t in TABLES[table])
-    return f'CREATE TABLE "{name or table}" ({cols})'

@@ -6,8 +6,13 @@ Writes are atomic per run: a :class:`RunWriter` stages Parquet files in
 A failed ingest deletes its staging folder and leaves the lake as it was. Re-ingesting a run
 replaces its partitions of the tables the writer owns; it never duplicates rows.
 
-One writer at a time: ``<root>/.lock`` is held with ``fcntl.flock`` for the whole write
-(ingest and dbt build); a second writer gets :class:`LakeBusyError` at once.
+One writer at a time, one door per command: :meth:`Lake.writing` takes ``<root>/.lock``
+(``fcntl.flock``), sweeps what a killed writer left and runs :meth:`Lake.ensure`, once; a second
+writer gets :class:`LakeBusyError` at once. The contract: a command's flow (``tilake.pipeline``)
+holds ``writing()`` around all its writes (ingest, remove, dbt build); the lower functions
+(:meth:`Lake.write_run`, :meth:`Lake.remove_run`, :mod:`tilake.lake.warehouse`) step into the same
+door, which for the thread already holding it is free (no second ``flock``, no second ``ensure``).
+Called alone (tests, scripts) they open the door themselves.
 """
 from __future__ import annotations
 
@@ -17,19 +22,23 @@ import json
 import os
 import re
 import shutil
+import threading
 import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
+from tilake import settings
+from tilake.errors import LakeBusyError, TilakeError
+from tilake.files import atomic_path
 from tilake.lake import schema
 from tilake.lake.duck import connect, sql_str
-from tilake.errors import LakeBusyError, TilakeError
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 TMP_SUFFIX = ".parquet-partial"
 """Suffix of files being written inside ``raw/`` (never matched by ``**/*.parquet`` globs)."""
-DEFAULT_LAKE = "./tilake-lake"
+TMP_PREFIX = ".tmp-"
+"""Prefix of those files (a migration killed mid-way leaves ``.tmp-*``; the next one deletes them)."""
 
 
 def validate_run_id(run_id: str) -> str:
@@ -45,8 +54,9 @@ def validate_run_id(run_id: str) -> str:
 
 
 def lake_root(path: Optional[Union[str, Path]] = None) -> Path:
-    """Resolve the lake root: explicit path, else ``$TILAKE_LAKE``, else ``./tilake-lake``."""
-    return Path(path or os.environ.get("TILAKE_LAKE") or DEFAULT_LAKE).expanduser().resolve()
+    """Resolve the lake root: explicit path, else ``$TILAKE_LAKE``, else ``./tilake-lake``
+    (:func:`tilake.settings.lake_path`)."""
+    return Path(path or settings.lake_path()).expanduser().resolve()
 
 
 class Lake:
@@ -61,6 +71,10 @@ class Lake:
         self.raw = self.root / "raw"
         self.warehouse = self.root / "warehouse.duckdb"
         self.lock_path = self.root / ".lock"
+        # thread that holds the door (writing()); None when no command of this process writes
+        self._writer: Optional[int] = None
+        # whether the open door committed or removed a partition (a lake it created is then kept)
+        self._changed = False
 
     # ------------------------------------------------------------------ layout
     def ensure(self) -> None:
@@ -75,7 +89,7 @@ class Lake:
         written, every file of the table lacking a column is rewritten with the column as NULL
         (temp file ``.tmp-*.parquet-partial`` + ``os.replace`` per file), then the schema file; an
         interrupted migration leaves the schema file stale, so the next call resumes it, first
-        deleting any temp file left. Call it holding the writer lock (ingest and build do).
+        deleting any temp file left. :meth:`writing` calls it once per command, under the lock.
 
         Raises:
             TilakeError: the lake path is a file.
@@ -95,9 +109,9 @@ class Lake:
             empty.parent.mkdir(parents=True, exist_ok=True)
             con = con or connect()
             self._migrate_table(con, table)
-            tmp = empty.with_name(f".tmp-{uuid.uuid4().hex}{TMP_SUFFIX}")
-            con.execute(f"COPY (SELECT {schema.null_list(schema.TABLES[table])} WHERE false) TO {sql_str(tmp)} (FORMAT parquet)")
-            os.replace(tmp, empty)
+            with atomic_path(empty, TMP_PREFIX, TMP_SUFFIX) as tmp:
+                con.execute(f"COPY (SELECT {schema.null_list(schema.TABLES[table])} WHERE false) "
+                            f"TO {sql_str(tmp)} (FORMAT parquet)")
         if con is not None:
             con.close()
 
@@ -110,7 +124,7 @@ class Lake:
         cols = schema.TABLES[table]
         # a migration killed mid-way left the schema file stale (it is written last), so this runs
         # again: first drop its half-written or not-yet-renamed temp files
-        for stale in (self.raw / table).glob("**/.tmp-*"):
+        for stale in (self.raw / table).glob(f"**/{TMP_PREFIX}*"):
             if stale.is_file():
                 stale.unlink()
         n = 0
@@ -123,10 +137,9 @@ class Lake:
                 continue
             add = schema.null_list(missing)
             # the temp name does not end in .parquet: no reader glob can pick it up if we are killed
-            tmp = f.with_name(f".tmp-{uuid.uuid4().hex}{TMP_SUFFIX}")
-            con.execute(f"COPY (SELECT *, {add} FROM read_parquet({sql_str(f)})) TO {sql_str(tmp)} "
-                        "(FORMAT parquet, COMPRESSION zstd)")
-            os.replace(tmp, f)
+            with atomic_path(f, TMP_PREFIX, TMP_SUFFIX) as tmp:
+                con.execute(f"COPY (SELECT *, {add} FROM read_parquet({sql_str(f)})) TO {sql_str(tmp)} "
+                            "(FORMAT parquet, COMPRESSION zstd)")
             n += 1
         return n
 
@@ -134,24 +147,23 @@ class Lake:
         """Glob of every Parquet file of ``table`` (including the schema file)."""
         return str(self.raw / table / "**" / "*.parquet")
 
-    def run_ids(self) -> List[str]:
-        """Run ids present in ``raw/runs`` (folder names, sorted)."""
-        d = self.raw / "runs"
-        if not d.is_dir():
-            return []
-        return sorted(p.name.split("=", 1)[1] for p in d.iterdir()
-                      if p.is_dir() and p.name.startswith("run_id="))
-
     # ------------------------------------------------------------------ locking
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the single-writer lock for the duration of the block.
 
         Raises:
-            LakeBusyError: another process holds it (message names the pid).
+            LakeBusyError: another process holds it (message names the pid); TilakeError: the lake
+            path is a file, or the folder or its lock file cannot be created.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.root.exists() and not self.root.is_dir():
+            raise TilakeError("lake path exists and is not a folder", path=self.root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise TilakeError(f"cannot create the lake folder or its lock file ({exc.strerror or exc})",
+                              path=self.root) from exc
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -170,43 +182,67 @@ class Lake:
             os.close(fd)
 
     @contextlib.contextmanager
-    def write_run(self, run_id: str, tables: Sequence[str], hold_lock: bool = True) -> Iterator["RunWriter"]:
+    def writing(self) -> Iterator["Lake"]:
+        """The one door of a write command: lock, sweep, ensure, once; re-entered for free.
+
+        The outermost entry (per thread) takes the writer lock (:meth:`locked`), removes staging
+        and trash folders a killed writer left (:meth:`_sweep_orphans`) and brings the layout up to
+        date (:meth:`ensure`). A nested entry by the thread holding the door does nothing more.
+        When the block raises and the door created the lake folder without committing anything
+        into it, the folder is removed again: a failed first command leaves nothing behind.
+
+        Raises:
+            LakeBusyError: another writer (process or thread) holds the lock; TilakeError: the
+            lake path is a file.
+        """
+        if self._writer == threading.get_ident():
+            yield self
+            return
+        created = not self.root.exists()
+        try:
+            with self.locked():
+                self._writer, self._changed = threading.get_ident(), False
+                try:
+                    self._sweep_orphans()
+                    self.ensure()
+                    yield self
+                finally:
+                    self._writer = None
+        except BaseException:
+            if created and not self._changed:
+                shutil.rmtree(self.root, ignore_errors=True)
+            raise
+
+    @contextlib.contextmanager
+    def write_run(self, run_id: str, tables: Sequence[str]) -> Iterator["RunWriter"]:
         """Stage a run's partitions and swap them in atomically at the end of the block.
+
+        Runs inside :meth:`writing` (the caller's door, or its own when called alone).
 
         Args:
             run_id: validated run id.
             tables: the tables this writer owns; their old partitions of ``run_id`` are replaced
                 (removed when nothing new was written for them).
-            hold_lock: take the writer lock (False when the caller already holds it).
         Raises:
-            TilakeError: invalid run id; LakeBusyError: lock held elsewhere.
+            TilakeError: invalid run id or unknown table; LakeBusyError: lock held elsewhere.
         """
         validate_run_id(run_id)
         for t in tables:
             if t not in schema.TABLES:
                 raise TilakeError(f"unknown lake table {t!r}")
-        ctx = self.locked() if hold_lock else contextlib.nullcontext()
-        created = not self.root.exists()
-        try:
-            with ctx:
-                self._sweep_orphans()
-                staging = self.root / ".staging" / uuid.uuid4().hex
-                staging.mkdir(parents=True)
-                writer = RunWriter(self, run_id, list(tables), staging)
-                try:
-                    yield writer
-                    writer._close()
-                    self.ensure()
-                    self._commit(writer)
-                finally:
-                    writer._close()
-                    shutil.rmtree(staging, ignore_errors=True)
-                    with contextlib.suppress(OSError):
-                        (self.root / ".staging").rmdir()
-        except BaseException:
-            if created:  # a lake this failed write created is removed again: nothing is left behind
-                shutil.rmtree(self.root, ignore_errors=True)
-            raise
+        with self.writing():
+            staging = self.root / ".staging" / uuid.uuid4().hex
+            staging.mkdir(parents=True)
+            writer = RunWriter(self, run_id, list(tables), staging)
+            try:
+                yield writer
+                writer._close()
+                self._commit(writer)
+            finally:
+                writer._close()
+                shutil.rmtree(staging, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    (self.root / ".staging").rmdir()
 
     def _sweep_orphans(self) -> None:
         """Remove staging/trash folders left by a killed writer (we hold the lock: nobody else writes)."""
@@ -215,12 +251,17 @@ class Lake:
                 for child in d.iterdir():
                     shutil.rmtree(child, ignore_errors=True)
 
-    def remove_run(self, run_id: str, tables: Optional[Sequence[str]] = None, hold_lock: bool = True) -> int:
-        """Delete every partition of ``run_id`` (all tables by default). Returns folders removed."""
+    def remove_run(self, run_id: str, tables: Optional[Sequence[str]] = None) -> int:
+        """Delete every partition of ``run_id`` (all tables by default), inside :meth:`writing`.
+
+        Returns:
+            the number of partition folders removed.
+        Raises:
+            TilakeError: invalid run id; LakeBusyError: lock held elsewhere.
+        """
         validate_run_id(run_id)
-        ctx = self.locked() if hold_lock else contextlib.nullcontext()
         removed = 0
-        with ctx:
+        with self.writing():
             for t in tables or list(schema.TABLES):
                 part = self.raw / t / f"run_id={run_id}"
                 if part.exists():
@@ -229,9 +270,11 @@ class Lake:
                     os.rename(part, trash)
                     shutil.rmtree(trash, ignore_errors=True)
                     removed += 1
+                    self._changed = True
         return removed
 
     def _commit(self, writer: "RunWriter") -> None:
+        """Swap the writer's staged partitions in (old ones to ``.trash`` first, then deleted)."""
         trash = self.root / ".trash" / uuid.uuid4().hex
         trash.mkdir(parents=True, exist_ok=True)
         try:
@@ -243,6 +286,7 @@ class Lake:
                 if staged.exists():
                     target.parent.mkdir(parents=True, exist_ok=True)
                     os.rename(staged, target)
+                self._changed = True
         finally:
             shutil.rmtree(trash, ignore_errors=True)
             with contextlib.suppress(OSError):

@@ -1,4 +1,14 @@
-"""Run the bundled dbt project against a lake, in-process (``dbtRunner``).
+"""The warehouse: the one dbt build door of the lake, in-process (``dbtRunner``).
+
+:func:`build_swapped` owns the build lifecycle, in a fixed order (the dbt-duckdb
+``Environment.initialize_db`` idea: one module, one order):
+
+1. **lock** and 2. **ensure** — :meth:`tilake.lake.store.Lake.writing` (free when the command holds it);
+3. **copy** — ``warehouse.duckdb`` (and a left-over WAL) into ``<lake>/.build/``;
+4. **profile** — a generated ``profiles.yml`` pointing dbt at the copy;
+5. **dbt** — :func:`dbt_build` on the copy (full refresh when the project changed);
+6. **checkpoint** — fold the copy's WAL into the file;
+7. **swap** — ``os.replace`` the copy over ``warehouse.duckdb`` (readers keep their snapshot).
 
 The project folder ships inside the package (``tilake/dbt_project``); dbt's ``target/`` and
 logs go to ``<lake>/.dbt/`` so an installed package is never written to. ``TILAKE_LAKE`` is set
@@ -14,12 +24,16 @@ import json
 import os
 import re
 import shutil
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import yaml
 
+from tilake import settings
 from tilake.errors import TilakeError
+from tilake.files import atomic_path, atomic_write_text
 from tilake.lake.duck import connect
 from tilake.lake.store import Lake
 
@@ -58,9 +72,6 @@ def dbt_lake_root(root: Path) -> Path:
     text = str(root)
     if _SAFE_PATH.match(text):
         return root
-    import tempfile
-    import uuid
-
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilake" / "lake-links"
     for base in (cache, Path(tempfile.gettempdir()) / "tilake-lake-links"):
         if not _SAFE_PATH.match(str(base)):
@@ -69,9 +80,8 @@ def dbt_lake_root(root: Path) -> Path:
             base.mkdir(parents=True, exist_ok=True)
             link = base / hashlib.sha256(text.encode()).hexdigest()[:16]
             if not (link.is_symlink() and os.readlink(link) == text):
-                tmp = base / f".{link.name}.{uuid.uuid4().hex}"
-                os.symlink(text, tmp)
-                os.replace(tmp, link)
+                with atomic_path(link) as tmp:
+                    os.symlink(text, tmp)
             return link
         except OSError:
             continue
@@ -126,61 +136,80 @@ def _env(**values: str):
                 os.environ[k] = v
 
 
+@dataclass
 class BuildResult:
-    """Outcome of one dbt invocation.
+    """Outcome of one dbt invocation (a node is ``(name, resource type, status, message)``)."""
 
-    Attributes:
-        success: dbt's own verdict. nodes: list of (node name, resource type, status, message).
-        failures: the nodes whose status is error/fail. warnings: nodes with status warn.
-        full_refresh: whether incremental models were rebuilt from scratch (asked, or chosen by
-        :func:`dbt_build` because the project changed).
-    """
+    # dbt's own verdict
+    success: bool
+    # every node dbt ran, in its order
+    nodes: List[tuple]
+    # nodes whose status is error, fail or runtime error
+    failures: List[tuple] = field(init=False)
+    # nodes whose status is warn
+    warnings: List[tuple] = field(init=False)
+    # incremental models were rebuilt from scratch (asked, or chosen because the project changed)
+    full_refresh: bool = False
 
-    def __init__(self, success: bool, nodes: List[tuple]) -> None:
-        self.success = success
-        self.nodes = nodes
-        self.failures = [n for n in nodes if n[2] in ("error", "fail", "runtime error")]
-        self.warnings = [n for n in nodes if n[2] == "warn"]
-        self.full_refresh = False
+    def __post_init__(self) -> None:
+        self.failures = [n for n in self.nodes if n[2] in ("error", "fail", "runtime error")]
+        self.warnings = [n for n in self.nodes if n[2] == "warn"]
+
+    def failure_summary(self, limit: int = 3) -> str:
+        """``"node: first message line; …"`` for the first ``limit`` failures (status when no message)."""
+        return "; ".join(f"{n[0]}: {n[3].splitlines()[0] if n[3] else n[2]}" for n in self.failures[:limit])
+
+    def raise_if_failed(self, what: str = "dbt build failed", path=None) -> "BuildResult":
+        """Return ``self`` when dbt succeeded.
+
+        Raises:
+            TilakeError: ``"<what> (<failure summary>)"``, one line.
+        """
+        if not self.success:
+            raise TilakeError(f"{what} ({self.failure_summary()})", path=path)
+        return self
 
 
 def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]] = None,
               full_refresh: bool = False, extra: Optional[Sequence[str]] = None,
-              hold_lock: bool = True, progress: bool = True) -> BuildResult:
-    """Run ``dbt <command>`` (build by default) on ``lake``; returns a :class:`BuildResult`.
+              progress: bool = True) -> BuildResult:
+    """Run ``dbt <command>`` (build by default) on ``lake`` in place; the dbt step of :func:`build_swapped`.
+
+    Runs inside :meth:`Lake.writing` (the caller's door, or its own when called alone). Writes
+    ``warehouse.duckdb`` in place unless ``extra`` points ``--profiles-dir`` at another profile;
+    commands should use :func:`build_swapped`, which is safe beside readers.
 
     Args:
-        lake: the lake (its warehouse.duckdb is written; the writer lock is held).
+        lake: the lake.
         command: dbt sub-command (build, run, test, seed).
         select: optional ``--select`` arguments; each also selects its ancestors (:func:`with_ancestors`).
         full_refresh: rebuild incremental models from scratch. Also chosen automatically for a whole
             project build (no ``select``) when the warehouse was built by another version of the dbt
             project (:func:`project_fingerprint` differs from the recorded one): incremental tables
             must not keep rows computed by old models or seeds.
+        extra: more dbt arguments. progress: a spinner on a terminal's stderr.
+    Returns:
+        :class:`BuildResult`.
     Raises:
         TilakeError: dbt could not start (bad project or profile); LakeBusyError.
     """
     from dbt.cli.main import dbtRunner
+    from rich.console import Console
 
     dbt_dir = lake.root / ".dbt"
     args = [command, "--project-dir", str(PROJECT_DIR), "--profiles-dir", str(PROJECT_DIR),
             "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
-            "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"
-            ]
+            "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"]
     if select:
         args += ["--select", *with_ancestors(select)]
     sha = project_fingerprint()
     args += ["--vars", json.dumps({"tilake_project_sha": sha})]
     args += list(extra or [])
-    ctx = lake.locked() if hold_lock else contextlib.nullcontext()
-    from rich.console import Console
-
     console = Console(stderr=True)
     status = (console.status(f"dbt {command}: seeds, models and tests of {lake.root.name} …")
               if progress and console.is_terminal else contextlib.nullcontext())
-    with ctx, status, _env(TILAKE_LAKE=str(dbt_lake_root(lake.root)), DBT_SEND_ANONYMOUS_USAGE_STATS="false",
-                           DO_NOT_TRACK="1"):
-        lake.ensure()   # under the writer lock: may migrate old partitions (see Lake.ensure)
+    with lake.writing(), status, _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
+                                      DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
         auto_refresh = False
         if not full_refresh and not select and command in ("build", "run"):
             recorded = warehouse_project_sha(lake.warehouse)
@@ -200,27 +229,49 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         node = getattr(r, "node", None)
         nodes.append((getattr(node, "name", "?"), getattr(node, "resource_type", "?"),
                       str(getattr(r, "status", "")).lower(), getattr(r, "message", None) or ""))
-    out = BuildResult(bool(res.success), nodes)
-    out.full_refresh = bool(full_refresh or auto_refresh)
-    return out
+    return BuildResult(bool(res.success), nodes, full_refresh=bool(full_refresh or auto_refresh))
 
 
-# ---------------------------------------------------------------------------------- building
+# ---------------------------------------------------------------------------------- the build door
+
+def _copy(lake: Lake, work: Path) -> Path:
+    """Step 3: copy ``warehouse.duckdb`` (and a WAL a killed writer left) into ``work``; returns the copy."""
+    tmp = work / lake.warehouse.name   # same file name → same DuckDB catalog name in views
+    if lake.warehouse.exists():
+        shutil.copy2(lake.warehouse, tmp)
+        if _wal(lake.warehouse).exists():   # a writer died before checkpointing: carry its log
+            shutil.copy2(_wal(lake.warehouse), _wal(tmp))
+    return tmp
+
 
 def _swap_profile(lake: Lake, warehouse: Path) -> Path:
-    """Write ``<lake>/.dbt/swap-profile/profiles.yml``: the bundled profile with ``path`` → ``warehouse``."""
+    """Step 4: write ``<lake>/.dbt/swap-profile/profiles.yml``, the bundled profile with ``path`` → ``warehouse``."""
     prof = yaml.safe_load((PROJECT_DIR / "profiles.yml").read_text(encoding="utf-8"))
     for target in prof["tilake"]["outputs"].values():
         # dbt renders profiles with Jinja: hand it the lake through its safe root (see dbt_lake_root)
         target["path"] = str(dbt_lake_root(lake.root) / warehouse.relative_to(lake.root))
     d = lake.root / ".dbt" / "swap-profile"
-    d.mkdir(parents=True, exist_ok=True)
     text = "# generated by tilake (tilake/lake/warehouse.py): builds into a copy, swapped in afterwards\n"
     text += yaml.safe_dump(prof, sort_keys=False)
     f = d / "profiles.yml"
     if not f.exists() or f.read_text(encoding="utf-8") != text:
-        f.write_text(text, encoding="utf-8")
+        atomic_write_text(f, text)
     return d
+
+
+def _checkpoint(warehouse: Path) -> None:
+    """Step 6: fold a WAL into ``warehouse`` before the file becomes visible."""
+    if _wal(warehouse).exists():
+        con = connect(warehouse)
+        con.execute("CHECKPOINT")
+        con.close()
+
+
+def _swap(copy: Path, warehouse: Path) -> None:
+    """Step 7: ``os.replace`` the built copy over ``warehouse``; drop the old file's WAL."""
+    os.replace(copy, warehouse)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(_wal(warehouse))   # the old file's log; the new file is checkpointed
 
 
 def _wal(p: Path) -> Path:
@@ -228,47 +279,38 @@ def _wal(p: Path) -> Path:
 
 
 def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refresh: bool = False,
-                  hold_lock: bool = True, extra: Optional[Sequence[str]] = None):
-    """``dbt build`` into a copy of the warehouse, then atomically swap it in (safe beside readers).
+                  extra: Optional[Sequence[str]] = None, progress: bool = True) -> BuildResult:
+    """The build door: ``dbt build`` into a copy of the warehouse, then swap it in atomically.
+
+    Steps in the module docstring's order: lock, ensure, copy, profile, dbt, checkpoint, swap.
+    Safe beside readers (they keep the snapshot they opened).
 
     Args:
         lake: the lake; ``<lake>/.build/`` is the scratch folder (removed afterwards).
         select: dbt ``--select`` arguments. full_refresh: rebuild incremental marts from scratch.
-        hold_lock: take the lake's writer lock (False when the caller holds it).
-        extra: more dbt arguments.
+        extra: more dbt arguments. progress: a spinner on a terminal's stderr.
     Returns:
-        :class:`tilake.lake.warehouse.BuildResult`. The warehouse is replaced unless a model or seed
-        errored (then it is left exactly as it was; failing *tests* still swap, as plain
-        ``dbt build`` would have written the tables too).
+        :class:`BuildResult`. The warehouse is replaced unless a model or seed errored (then it is
+        left exactly as it was; failing *tests* still swap, as plain ``dbt build`` would have
+        written the tables too).
     Raises:
         TilakeError: dbt could not start; LakeBusyError: another writer holds the lake.
     """
-    ctx = lake.locked() if hold_lock else contextlib.nullcontext()
-    with ctx:
-        lake.ensure()
+    with lake.writing():                                      # 1 lock, 2 ensure
         work = lake.root / ".build"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-        tmp = work / lake.warehouse.name   # same file name → same DuckDB catalog name in views
         try:
-            if lake.warehouse.exists():
-                shutil.copy2(lake.warehouse, tmp)
-                if _wal(lake.warehouse).exists():   # a writer died before checkpointing: carry its log
-                    shutil.copy2(_wal(lake.warehouse), _wal(tmp))
-            prof = _swap_profile(lake, tmp)
-            res = dbt_build(lake, select=select, full_refresh=full_refresh, hold_lock=False,
-                            extra=["--profiles-dir", str(prof), *(extra or [])])
+            tmp = _copy(lake, work)                           # 3 copy
+            prof = _swap_profile(lake, tmp)                   # 4 profile
+            res = dbt_build(lake, select=select, full_refresh=full_refresh, progress=progress,
+                            extra=["--profiles-dir", str(prof), *(extra or [])])   # 5 dbt
             broken = [n for n in res.nodes if str(n[1]).lower().endswith(("model", "seed", "snapshot"))
                       and n[2] in ("error", "runtime error")]
             if broken or not tmp.exists():
                 return res
-            if _wal(tmp).exists():   # fold any log into the file before it becomes visible
-                con = connect(tmp)
-                con.execute("CHECKPOINT")
-                con.close()
-            os.replace(tmp, lake.warehouse)
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(_wal(lake.warehouse))   # the old file's log; the new file is checkpointed
+            _checkpoint(tmp)                                  # 6 checkpoint
+            _swap(tmp, lake.warehouse)                        # 7 swap
             return res
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -3,14 +3,19 @@
 * :func:`run_probe` — naming patterns of each side (``dumps probe``).
 * :func:`run_analyze` — round 0 (+ stub rounds) → output files, optionally the lake and marts.
 * :func:`run_stub_prepare` — write the tensors a stub instruction needs where msprobe ``load`` reads them.
+* :func:`map_names` — the shipped boundary maps (``dumps maps``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
+from tilake.files import atomic_write_json
+from tilake.lake.store import Lake
+from tilake.lake.warehouse import build_swapped
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
 from tilake.diagnosis import outputs as O
@@ -19,22 +24,6 @@ from tilake.diagnosis.outputs import UNKNOWN
 DUMP_MODELS = ["stg_lake__runs", "int_runs_versioned", "stg_lake_dumps__dump_runs", "stg_lake_dumps__tensor_stats", "stg_lake_dumps__boundary_results",
                "stg_lake_dumps__stub_rounds", "int_boundaries_ordered", "fct_boundary_diffs",
                "int_boundary_inputs_joined", "fct_difference_points", "fct_dump_tensor_stats"]
-
-
-def parse_card(items: Sequence[str]) -> Dict[str, Any]:
-    """``["model=Qwen3-8B", "train_tp=2"]`` → dict (values stay strings; ints where they parse).
-
-    Raises:
-        TilakeError: an item without ``=``.
-    """
-    out: Dict[str, Any] = {}
-    for it in items or []:
-        if "=" not in it:
-            raise TilakeError(f"--card expects key=value, got {it!r}")
-        k, v = it.split("=", 1)
-        v = v.strip()
-        out[k.strip()] = int(v) if v.isdigit() else v
-    return out
 
 
 def _progress():
@@ -82,37 +71,39 @@ def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] 
         raise TilakeError("give --train and/or --infer")
     res = probe(train, infer)
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        atomic_write_json(out, res)
     return res
 
 
 def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_hf_vllm",
-                rounds: Sequence[Tuple[Path, Path]] = (), card_items: Sequence[str] = (),
-                request_index: Optional[int] = None, cu_seqlens: Optional[str] = None,
+                rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, Any]] = None,
+                request_index: Optional[int] = None, cu_seqlens: Optional[Sequence[int]] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
                 run_id: Optional[str] = None, build: bool = False, charts: bool = True,
-                show_progress: bool = True, request_tokens: Optional[str] = None) -> Dict[str, Any]:
+                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
     """Analyse a pair (+ stub rounds) and write every output. Returns a summary dict.
 
+    Args:
+        card: task-card facts given by the user (``--card key=value``, parsed by the CLI).
+        cu_seqlens: packed-sequence boundaries (``--cu-seqlens 0,5,13``).
+        request_tokens: ``(start, end)`` rows of the request in a token-major batch.
+        run_id: also write the analysis into the lake (``lake_path``); ``build``: then build the
+            dump marts through the warehouse door (:func:`tilake.lake.warehouse.build_swapped`).
+            The lake's door (:meth:`Lake.writing`) is held once, from the lake write to the build.
     Raises:
-        TilakeError: bad dumps, bad map, bad options, lake busy, dbt failure.
+        TilakeError: bad dumps, bad map, bad options (``build`` without ``run_id``), lake busy,
+        dbt failure.
     """
+    if build and not run_id:
+        raise TilakeError("--build needs --run-id (the marts are built from the lake)")
     bmap = M.load_map(map_name)
     pairing: Dict[str, Any] = {}
     if request_index is not None:
         pairing["request_index"] = int(request_index)
     if request_tokens:
-        try:
-            a, b = (int(x) for x in str(request_tokens).split(":"))
-        except ValueError:
-            raise TilakeError(f"--request-tokens must be START:END, got {request_tokens!r}")
-        pairing["request_tokens"] = [a, b]
+        pairing["request_tokens"] = [int(request_tokens[0]), int(request_tokens[1])]
     if cu_seqlens:
-        try:
-            pairing["cu_seqlens"] = [int(x) for x in str(cu_seqlens).split(",")]
-        except ValueError:
-            raise TilakeError(f"--cu-seqlens must be comma-separated integers, got {cu_seqlens!r}")
+        pairing["cu_seqlens"] = [int(x) for x in cu_seqlens]
     logprob = None
     if logprob_json:
         try:
@@ -120,50 +111,48 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
         except (OSError, json.JSONDecodeError) as exc:
             raise TilakeError(f"cannot read measured log-prob JSON: {exc}", path=logprob_json)
     rins = [A.RoundInput(Path(train), Path(infer))] + [A.RoundInput(Path(a), Path(b)) for a, b in rounds]
-    card_given = parse_card(card_items)
     pair0 = A.Pair(rins[0].train, rins[0].infer, bmap, pairing)
-    card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], card_given)
-    prog, cb = _progress() if show_progress else (None, None)
-    if prog:
-        prog.start()
-    try:
-        an = A.analyze_pair(rins, bmap, pairing, card, cb, logprob)
-        written = {}
-        if run_id:
-            from tilake.lake.store import Lake
-            from tilake.diagnosis.lake_rows import write_lake
-
-            lake = Lake(lake_path)
-            written = write_lake(lake, run_id, an, rins, card, cb)
-    finally:
+    card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], dict(card or {}))
+    lake = Lake(lake_path) if run_id else None
+    with contextlib.ExitStack() as held:
+        prog, cb = _progress() if show_progress else (None, None)
         if prog:
-            prog.stop()
-    first = next((r for r in an.boundary_rows if r["round"] == 0 and r.get("train_shape")), None)
-    card["observed"] = {
-        "token_rows": ({s: (first.get(f"{s}_shape") or [None])[0] for s in ("train", "infer")} if first else UNKNOWN),
-        "source": (f"dim 0 of boundary {first['boundary']} after the map's transforms" if first else
-                   "no boundary could be read"),
-        "layers": {s: an.sides.get(s, {}).get("layers", UNKNOWN) for s in ("train", "infer")},
-    }
-    paths = write_dump_outputs(an, card, Path(out_dir), charts=charts)
-    built = None
-    if build:
-        if not run_id:
-            raise TilakeError("--build needs --run-id (the marts are built from the lake)")
-        from tilake.lake.warehouse import dbt_build
-        from tilake.lake.store import Lake
+            prog.start()
+        try:
+            an = A.analyze_pair(rins, bmap, pairing, card, cb, logprob)
+            written = {}
+            if lake is not None:
+                from tilake.diagnosis.lake_rows import write_lake
 
-        res = dbt_build(Lake(lake_path), select=DUMP_MODELS)
-        if not res.success:
-            bad = "; ".join(f"{n}: {m}" for n, _t, _s, m in res.failures[:3])
-            raise TilakeError(f"dbt build of the dump marts failed: {bad}")
-        built = len(res.nodes)
+                held.enter_context(lake.writing())   # one lock, one ensure: lake rows, then the dump marts
+                written = write_lake(lake, run_id, an, rins, card, cb)
+        finally:
+            if prog:
+                prog.stop()
+        first = next((r for r in an.boundary_rows if r["round"] == 0 and r.get("train_shape")), None)
+        card["observed"] = {
+            "token_rows": ({s: (first.get(f"{s}_shape") or [None])[0] for s in ("train", "infer")} if first
+                           else UNKNOWN),
+            "source": (f"dim 0 of boundary {first['boundary']} after the map's transforms" if first else
+                       "no boundary could be read"),
+            "layers": {s: an.sides.get(s, {}).get("layers", UNKNOWN) for s in ("train", "infer")},
+        }
+        paths = write_dump_outputs(an, card, Path(out_dir), charts=charts)
+        built = None
+        if build:
+            res = build_swapped(lake, select=DUMP_MODELS).raise_if_failed("dbt build of the dump marts failed")
+            built = len(res.nodes)
     fd = an.rounds[0]["first_divergence"] if an.rounds else {}
     return {"verdict": an.verdict, "consistency": an.consistency, "reason": an.verdict_reason,
             "first_divergence": fd.get("boundary") or fd.get("reason"),
             "points": [(p["round"], p["boundary"], p["class"]) for p in an.points],
             "stub_needed": bool((an.stub_instruction or {}).get("needed")),
             "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built}
+
+
+def map_names() -> List[str]:
+    """Names of the boundary maps shipped in ``models/`` (``dumps analyze --map NAME``)."""
+    return [p.stem for p in M.list_maps()]
 
 
 def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
@@ -186,5 +175,5 @@ def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
     cfg = dict(instr["msprobe_config"])
     cfg["load"] = dict(cfg["load"], path=str(out_dir / "load_source"))
     cfg["dump_path"] = str(out_dir / f"round{instr['round']}_dump")
-    (out_dir / "msprobe_config.json").write_text(json.dumps(cfg, indent=1) + "\n", encoding="utf-8")
+    atomic_write_json(out_dir / "msprobe_config.json", cfg)
     return {"files": [str(f) for f in files], "config": str(out_dir / "msprobe_config.json")}

@@ -1,6 +1,11 @@
 """The foundation pipeline: profiler output → lake (ingest) → marts (dbt build) → report.
 
-Used by ``tilake run``, ``tilake example`` and stages 4–5 of ``tilake scan``.
+Used by ``tilake ingest`` / ``build`` / ``report`` / ``run`` (one function each:
+:func:`ingest_command`, :func:`build_command`, :func:`report_command`, :func:`run_command`),
+``tilake example`` and stages 4–5 of ``tilake scan`` (:func:`run_profile`).
+
+Every write command holds :meth:`tilake.lake.store.Lake.writing` once, around all its steps: one
+writer lock and one ``Lake.ensure`` per command; the lake functions it calls step into the same door.
 """
 from __future__ import annotations
 
@@ -8,14 +13,19 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from tilake.lake.warehouse import build_swapped
 from tilake.errors import TilakeError
 from tilake.files import check_out_dir
-from tilake.lake.store import Lake, validate_run_id
-from tilake.ingest.profiler.load import IngestResult, ingest_profile
 from tilake.ingest.profiler.discover import Capture, discover, explicit
+from tilake.ingest.profiler.load import IngestResult, ingest_profile
+from tilake.lake.registry import model_family_for
+from tilake.lake.store import Lake, validate_run_id
+from tilake.lake.warehouse import BuildResult, build_swapped
+
+PathLike = Union[str, Path]
+RECORDED = "recorded profiler output"
+"""``runs.collection_method`` of a run ingested from files the user recorded."""
 
 
 @dataclass
@@ -41,8 +51,8 @@ class ProfileResult:
     warnings: List[str] = field(default_factory=list)
 
 
-def _warning_text(node: tuple) -> str:
-    """A dbt warning in the user's terms."""
+def warning_text(node: tuple) -> str:
+    """A dbt warning node ``(name, type, status, message)`` in the user's terms."""
     name, _kind, _status, message = node
     if name.startswith("tilake_is_empty_fct_uncategorized_kernels"):
         n = "".join(ch for ch in message.split("results")[0] if ch.isdigit()) or "some"
@@ -100,7 +110,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
 
     Args:
         profiler_output: verl ``profiler_output/`` (or None with explicit ``train``/``infer``).
-        lake: target lake; the writer lock is held for ingest and build.
+        lake: target lake; its door (:meth:`Lake.writing`) is held once for ingest and build.
         run_id: validated id; re-running replaces the run's partitions.
         out_dir: folder for the report, CSV, runtime-ops JSON and chart.
         run_meta: ``runs`` row values (model_id, model_family, parallel_config, rl_config, …).
@@ -114,21 +124,111 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     caps = collect_captures(profiler_output, train, infer)
     meta = dict(run_meta or {})
     meta.setdefault("source_path", source_description(profiler_output, train, infer))
-    with lake.locked():
-        ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
-                             hold_lock=False)
-        build = build_swapped(lake, hold_lock=False)
-    if not build.success:
-        failed = "; ".join(f"{n[0]}: {n[3].splitlines()[0] if n[3] else n[2]}" for n in build.failures[:3])
-        raise TilakeError(f"dbt build failed ({failed})", path=lake.root)
+    with lake.writing():   # one lock, one ensure: ingest and build
+        ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress)
+        build = build_swapped(lake)
+    build.raise_if_failed(path=lake.root)
     from tilake.reports.op_diff import write_report
 
     out = write_report(lake.warehouse, run_id, out_dir, lang)
     ev = out["evidence"]
     status = ("evidence_missing" if "evidence_missing" in ev.values()
               else "host_fallback" if "host_fallback" in ev.values() else "ok")
-    warnings = [_warning_text(n) for n in build.warnings]
+    warnings = [warning_text(n) for n in build.warnings]
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
                  for c in ing.captures if c.status not in ("ok",)]
     return ProfileResult(run_id, out["report"], out["csv"], out["runtime_ops"], out["chart"],
                          out["grade_counts"], ev, status, ing, warnings)
+
+
+# ---------------------------------------------------------------------------------- CLI commands
+
+def resolve_run_id(run_id: Optional[str], source: Optional[PathLike], train: Sequence[PathLike] = (),
+                   infer: Sequence[PathLike] = ()) -> str:
+    """The given run id (validated), else :func:`default_run_id` of the folder or first capture path.
+
+    Raises:
+        TilakeError: invalid id, or no source at all.
+    """
+    if run_id is not None:
+        return validate_run_id(run_id)
+    if not (source or train or infer):
+        raise TilakeError("give a profiler_output folder or --train/--infer paths")
+    return default_run_id(Path(source or (list(train) + list(infer))[0]))
+
+
+def run_meta(model_id: Optional[str] = None, model_family: Optional[str] = None,
+             model_path: Optional[PathLike] = None, step: Optional[int] = None,
+             tags: Optional[Sequence[Tuple[str, str]]] = None, **extra: Any) -> Dict[str, Any]:
+    """``runs`` row values from the CLI's model options (None values left out).
+
+    The family, when not given, is read from ``model_path``'s ``config.json``
+    (:func:`tilake.lake.registry.model_family_for`); ``tags`` are ``(key, value)`` pairs.
+    """
+    meta = {k: v for k, v in extra.items() if v is not None}
+    if model_id:
+        meta["model_id"] = model_id
+    if not model_family and model_path:
+        model_family = model_family_for(model_path, model_id)[0]
+    if model_family:
+        meta["model_family"] = model_family
+    if step is not None:
+        meta["step"] = step
+    if tags:
+        meta["tags"] = dict(tags)
+    return meta
+
+
+def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
+                   train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
+                   allow_missing: bool = False, progress: bool = True, **model: Any) -> IngestResult:
+    """``tilake ingest``: captures of ``profiler_output`` and/or ``train``/``infer`` → the lake.
+
+    Args:
+        model: :func:`run_meta` keyword arguments (model_id, model_family, model_path, step, tags).
+    Raises:
+        TilakeError: bad id or captures (the lake is unchanged); LakeBusyError.
+    """
+    rid = resolve_run_id(run_id, profiler_output, train, infer)
+    caps = collect_captures(Path(profiler_output) if profiler_output else None, train, infer)
+    meta = run_meta(**model, collection_method=RECORDED,
+                    source_path=source_description(profiler_output, train, infer))
+    with lake.writing():
+        return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=progress)
+
+
+def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = False) -> Tuple[BuildResult, List[str]]:
+    """``tilake build``: the warehouse door (:func:`tilake.lake.warehouse.build_swapped`) on an existing lake.
+
+    Returns:
+        the :class:`BuildResult` and its warnings in the user's terms (:func:`warning_text`).
+    Raises:
+        TilakeError: no lake at ``lake.root``; dbt could not start. LakeBusyError.
+    """
+    if not (lake.raw.is_dir() or lake.warehouse.exists()):
+        raise TilakeError("no lake here: ingest a run first (tilake ingest / run / example)", path=lake.root)
+    res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
+    return res, [warning_text(n) for n in res.warnings]
+
+
+def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh") -> Dict[str, Any]:
+    """``tilake report``: the operator diff report of ``run_id`` from the marts (see ``write_report``)."""
+    from tilake.reports.op_diff import write_report
+
+    return write_report(lake.warehouse, run_id, Path(out_dir), lang)
+
+
+def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
+                out_dir: Optional[PathLike] = None, lang: str = "zh", train: Sequence[PathLike] = (),
+                infer: Sequence[PathLike] = (), allow_missing: bool = False, **model: Any) -> ProfileResult:
+    """``tilake run``: :func:`run_profile` with the CLI's defaults.
+
+    The run id defaults to :func:`default_run_id`; ``out_dir`` to the profiler_output folder's parent
+    (the working folder with explicit captures only).
+    """
+    rid = resolve_run_id(run_id, profiler_output, train, infer)
+    if out_dir is None:
+        out_dir = Path(profiler_output).resolve().parent if profiler_output else Path(".")
+    meta = run_meta(**model, collection_method=RECORDED)
+    return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), meta, lang,
+                       train, infer, allow_missing)

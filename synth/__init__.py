@@ -12,9 +12,11 @@ Facade of the ``synth_*`` modules, plus a small CLI::
 What you get (see each module for the sources of every format fact):
 
 * :mod:`~tilake.synth.tables` — CREATE statements and enum contents copied from the real fixture DBs.
-* :mod:`~tilake.synth.population` — :class:`Population` (editable list of :class:`HostOp` with their
-  :class:`Kernel` rows), :func:`train_population` (Megatron actor+ref, one GRPO step of Qwen3-0.6B) and
-  :func:`infer_population` (vllm-ascend rollout), :data:`CATALOG` of op types → kernel names.
+* :mod:`~tilake.synth.records` — :class:`Population` (editable list of :class:`HostOp` with their
+  :class:`Kernel` rows), :class:`JobConfig`; :mod:`~tilake.synth.population` —
+  :func:`train_population` (Megatron actor+ref, one GRPO step of Qwen3-0.6B) and
+  :func:`infer_population` (vllm-ascend rollout); :mod:`~tilake.synth.catalog` — :data:`CATALOG` of
+  op types → kernel names.
 * :mod:`~tilake.synth.db` — :func:`write_profiler_db` (variants: level0/1/2, block column names,
   WAL, open session, switches off, empty device tables, no COMPUTE_TASK_INFO, newer CANN schema).
 * :mod:`~tilake.synth.text` — :func:`write_text_export` (kernel_details/op_statistic/api_statistic/
@@ -40,8 +42,9 @@ from tilake.synth.db import DEVICE_TABLE_MODES, LEVELS, SESSION_END_MODES, write
 from tilake.synth.tables import BLOCK_COLUMNS, FWK_STRING_BASE, INVALID, SCHEMAS, columns_of, ddl
 from tilake.synth.layout import (INFER_FORMS, make_profiler_output, population_from_json, population_to_json,
                            pt_dir_name, write_analysed, write_raw)
-from tilake.synth.population import (CATALOG, HostOp, JobConfig, Kernel, KernelTemplate, Population, infer_population,
-                               make_kernel, make_op, train_population)
+from tilake.synth.catalog import CATALOG, KernelTemplate
+from tilake.synth.population import infer_population, train_population
+from tilake.synth.records import HostOp, JobConfig, Kernel, Population, make_kernel, make_op
 from tilake.synth.text import write_text_export
 from tilake.synth.timeline import DEFAULT_START_NS, build_timeline
 

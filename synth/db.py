@@ -13,15 +13,15 @@ no TASK_PMU_INFO.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
+from tilake.files import atomic_path
 from tilake.synth.tables import (ENUMS, ENV_VARIABLES_JSON, FWK_STRING_BASE, INVALID, TABLE_ORDER,
                         BLOCK_COLUMNS, ddl, enum_api_type)
-from tilake.synth.population import Population
+from tilake.synth.records import Population
 from tilake.synth.timeline import DEVICE_TASK_TYPE, Timeline, build_timeline
 
 LEVELS = ("level0", "level1", "level2")
@@ -249,67 +249,64 @@ def write_profiler_db(path: Union[str, Path], population: Population, *, rank: i
     session_end_ns = {"ok": tl.end_ns, "null": None, "zero": 0}[session_end]
 
     # --- write ---------------------------------------------------------------------------------------
-    tmp = path.with_name(path.name + ".partial")
-    for p in (tmp, Path(str(tmp) + "-journal"), Path(str(tmp) + "-wal"), Path(str(tmp) + "-shm")):
-        if p.exists():
-            p.unlink()
-    con = sqlite3.connect(str(tmp), isolation_level=None)
-    try:
-        con.execute("PRAGMA journal_mode=" + ("WAL" if wal else "DELETE"))
-        con.execute("PRAGMA synchronous=OFF")
-        con.execute("BEGIN")
-        tables = list(TABLE_ORDER)
-        if l0:
-            tables.remove("TASK_PMU_INFO")
-        if not with_stack:
-            tables.remove("PYTORCH_CALLCHAINS")
-        if not with_mstx:
-            tables.remove("MSTX_EVENTS")
-        if not comm_op_rows:
-            tables = [t for t in tables if t not in ("COMMUNICATION_OP", "COMMUNICATION_TASK_INFO")]
-        if device_tables == "no_compute_table":
-            tables.remove("COMPUTE_TASK_INFO")
-            tables = [t for t in tables if t != "TASK_PMU_INFO"]
-        for t in tables:
-            con.execute(statements[t])
-            if t == "TASK":
-                con.execute(statements["TaskIndex"])
-            if t == "COMMUNICATION_TASK_INFO":
-                con.execute(statements["CommunicationTaskIndex"])
-        empty_dev = device_tables == "empty"
+    # a hidden temp name beside the target, renamed over it only when complete (files.atomic_path)
+    with atomic_path(path, suffix=".partial") as tmp:
+        con = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            con.execute("PRAGMA journal_mode=" + ("WAL" if wal else "DELETE"))
+            con.execute("PRAGMA synchronous=OFF")
+            con.execute("BEGIN")
+            tables = list(TABLE_ORDER)
+            if l0:
+                tables.remove("TASK_PMU_INFO")
+            if not with_stack:
+                tables.remove("PYTORCH_CALLCHAINS")
+            if not with_mstx:
+                tables.remove("MSTX_EVENTS")
+            if not comm_op_rows:
+                tables = [t for t in tables if t not in ("COMMUNICATION_OP", "COMMUNICATION_TASK_INFO")]
+            if device_tables == "no_compute_table":
+                tables.remove("COMPUTE_TASK_INFO")
+                tables = [t for t in tables if t != "TASK_PMU_INFO"]
+            for t in tables:
+                con.execute(statements[t])
+                if t == "TASK":
+                    con.execute(statements["TaskIndex"])
+                if t == "COMMUNICATION_TASK_INFO":
+                    con.execute(statements["CommunicationTaskIndex"])
+            empty_dev = device_tables == "empty"
 
-        def ins(table: str, rows: list) -> None:
-            if table in tables and rows:
-                con.executemany(f"INSERT INTO {table} VALUES ({','.join('?' * len(rows[0]))})", rows)
+            def ins(table: str, rows: list) -> None:
+                if table in tables and rows:
+                    con.executemany(f"INSERT INTO {table} VALUES ({','.join('?' * len(rows[0]))})", rows)
 
-        ins("SESSION_TIME_INFO", [(tl.start_ns, session_end_ns)])
-        ins("NPU_INFO", [(device_id, "Ascend910B")])
-        ins("HOST_INFO", [(str(3538958389648580163 + rank), host_name)])
-        for t, rows in ENUMS.items():
-            ins(t, rows)
-        ins("ENUM_API_TYPE", enum_api_type(schema))
-        if not empty_dev:
-            ins("COMPUTE_TASK_INFO", cti_rows)
-            ins("TASK", [task_rows[g] for g in order])
-            ins("TASK_PMU_INFO", pmu_rows)
-            ins("COMMUNICATION_OP", comm_op_rows)
-            ins("COMMUNICATION_TASK_INFO", comm_task_rows)
-        ins("CANN_API", cann_rows)
-        ins("MSTX_EVENTS", mstx_rows)
-        ins("META_DATA", meta)
-        ins("RANK_DEVICE_MAP", [(rank, device_id)])
-        ins("STEP_TIME", [(1, tl.phases[0][1] if tl.phases else tl.start_ns, tl.end_ns - 100_000)])
-        ins("PYTORCH_API", queue_rows + api_rows)
-        ins("CONNECTION_IDS", tl.connection_ids)
-        ins("PYTORCH_CALLCHAINS", callchains)
-        ins("STRING_IDS", cann.rows() + fwk.rows())
-        con.execute("COMMIT")
-    finally:
-        con.close()
-    for suffix in ("-wal", "-shm"):
-        if Path(str(tmp) + suffix).exists():   # the last close checkpoints and removes them
-            raise RuntimeError(f"sqlite left {tmp}{suffix} behind")
-    os.replace(tmp, path)
+            ins("SESSION_TIME_INFO", [(tl.start_ns, session_end_ns)])
+            ins("NPU_INFO", [(device_id, "Ascend910B")])
+            ins("HOST_INFO", [(str(3538958389648580163 + rank), host_name)])
+            for t, rows in ENUMS.items():
+                ins(t, rows)
+            ins("ENUM_API_TYPE", enum_api_type(schema))
+            if not empty_dev:
+                ins("COMPUTE_TASK_INFO", cti_rows)
+                ins("TASK", [task_rows[g] for g in order])
+                ins("TASK_PMU_INFO", pmu_rows)
+                ins("COMMUNICATION_OP", comm_op_rows)
+                ins("COMMUNICATION_TASK_INFO", comm_task_rows)
+            ins("CANN_API", cann_rows)
+            ins("MSTX_EVENTS", mstx_rows)
+            ins("META_DATA", meta)
+            ins("RANK_DEVICE_MAP", [(rank, device_id)])
+            ins("STEP_TIME", [(1, tl.phases[0][1] if tl.phases else tl.start_ns, tl.end_ns - 100_000)])
+            ins("PYTORCH_API", queue_rows + api_rows)
+            ins("CONNECTION_IDS", tl.connection_ids)
+            ins("PYTORCH_CALLCHAINS", callchains)
+            ins("STRING_IDS", cann.rows() + fwk.rows())
+            con.execute("COMMIT")
+        finally:
+            con.close()
+        for suffix in ("-wal", "-shm"):
+            if Path(str(tmp) + suffix).exists():   # the last close checkpoints and removes them
+                raise RuntimeError(f"sqlite left {tmp}{suffix} behind")
 
     compute = 0 if empty_dev or device_tables == "no_compute_table" else len(cti_rows)
     comm = 0 if empty_dev else len(comm_op_rows)

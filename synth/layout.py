@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from tilake.synth.db import HCCL_GROUP, write_profiler_db
-from tilake.synth.population import HostOp, JobConfig, Kernel, Population, infer_population, train_population
+from tilake.synth.population import infer_population, train_population
+from tilake.synth.records import HostOp, JobConfig, Kernel, Population
 from tilake.synth.text import write_text_export
 from tilake.synth.timeline import DEFAULT_START_NS, build_timeline
 

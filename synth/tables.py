@@ -87,7 +87,6 @@ TABLE_ORDER: List[str] = [
     "MSTX_EVENTS", "TASK_PMU_INFO", "META_DATA", "STRING_IDS", "RANK_DEVICE_MAP", "STEP_TIME",
     "PYTORCH_API", "CONNECTION_IDS", "PYTORCH_CALLCHAINS",
 ]
-INDEXES = {"CommunicationTaskIndex": "COMMUNICATION_TASK_INFO", "TaskIndex": "TASK"}
 
 
 def ddl(schema: str = "2025-01", block_columns: str = "blockDim") -> Dict[str, str]:

@@ -1,4 +1,4 @@
-"""Lay a :class:`~tilake.synth.population.Population` out on one ns clock.
+"""Lay a :class:`~tilake.synth.records.Population` out on one ns clock.
 
 The timeline is engine-independent (plain tuples with strings); :mod:`synth_db` interns the strings
 into STRING_IDS and writes the tables, :mod:`synth_text` writes the CSV exports from the same rows.
@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from tilake.synth.population import Kernel, Population
+from tilake.synth.records import Kernel, Population
 
 #: device task type (TASK.taskType string) per accelerator (COMPUTE_TASK_INFO.taskType), as observed
 #: in the real fixture (KERNEL_AICORE / KERNEL_AIVEC / MIX_AIV / STARS_COMMON).

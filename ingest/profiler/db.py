@@ -1,5 +1,8 @@
 """Read one ``ascend_pytorch_profiler_{rank}.db`` (torch_npu DB export) into the lake.
 
+This module probes the file and writes host ops, call stacks and MSTX ranges; the kernel path
+(dump TASK/COMPUTE_TASK_INFO/CANN_API, join them in ranges, HCCL ops) is :mod:`.kernels`.
+
 Format facts (``reference/ascend-profiler-format.md`` §0, §2.2–2.6, "Traps"; torch_npu
 ``_fwk_api_db_parser.py``; msprof ``msprof_db.cpp``):
 
@@ -29,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
-from tilake.lake.duck import sql_str
 from tilake.errors import TilakeError
+from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
 from tilake.ingest.profiler.names import clean_text, derived_op_type
+from tilake.lake.duck import sql_str
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-INVALID = 4294967295
 API_TYPE_OP = 50001
 BLOCK_COLUMNS = ("blockDim", "blockNum", "block_dim")
 # extra tables/columns MindStudio Insight writes into DBs it opens (reference §2.2 note)
@@ -165,23 +168,6 @@ def probe(path: Path) -> DbProbe:
     return p
 
 
-def _sid_join(pr: DbProbe, table: str, col: str, src: str, alias: str) -> tuple:
-    """Decode ``src.col`` (a STRING_IDS key) with a LEFT JOIN on the in-memory ``sid`` copy.
-
-    Returns ``(join clause, alias)``; ``("", None)`` when the column is absent. Read
-    ``alias.value`` / ``.clean`` / ``.derived`` (see :func:`load_db`). Joins, never correlated
-    scalar subqueries: those cost ~28× on large tables (bench/README.md).
-    """
-    if not pr.has(table, col):
-        return "", None
-    return f'LEFT JOIN sid {alias} ON {alias}.id = {src}."{col}"', alias
-
-
-def _v(alias: "str | None", field: str = "value") -> str:
-    """``alias.field`` of a :func:`_sid_join`, or NULL when the column was absent."""
-    return f"{alias}.{field}" if alias else "NULL"
-
-
 @dataclass
 class DbResult:
     """Counts written for one DB capture."""
@@ -220,7 +206,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
         con.execute(f"CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value, {clean_text('value')} AS clean, "
                     f"{derived_op_type('value')} AS derived FROM ({src})")
         _host_ops_table(con, pr)
-        res.compute_kernels, res.kernels = _write_kernels(con, pr, writer, partition, capture_id)
+        res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id)
         res.host_ops = _write_host_ops(con, writer, partition, capture_id)
         if pr.has("PYTORCH_CALLCHAINS"):
             # stack is a STRING_IDS key (TEXT holding the frame itself in torch_npu 6.0.rc1)
@@ -231,10 +217,10 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
                 "LEFT JOIN sid jf ON jf.id = TRY_CAST(c.stack AS BIGINT)",
                 partition)
         if pr.has("MSTX_EVENTS", "eventType"):
-            jm, m = _sid_join(pr, "MSTX_EVENTS", "message", "e", "jm")
+            jm, m = sid_join(pr, "MSTX_EVENTS", "message", "e", "jm")
             res.mstx = writer.copy_query(
                 "mstx_ranges",
-                f"SELECT {sql_str(capture_id)} AS capture_id, {_v(m)} AS message, "
+                f"SELECT {sql_str(capture_id)} AS capture_id, {sid_value(m)} AS message, "
                 f"e.startNs AS start_ns, e.endNs AS end_ns, e.globalTid AS global_tid "
                 f"FROM s.MSTX_EVENTS e {jm} WHERE e.eventType = 2", partition)
     except TilakeError:
@@ -262,10 +248,10 @@ def _host_ops_table(con, pr: DbProbe) -> None:
                     "name VARCHAR, callchain_id BIGINT)")
         return
     where = f"WHERE p.type = {API_TYPE_OP}" if pr.has("PYTORCH_API", "type") else ""
-    jn, n = _sid_join(pr, "PYTORCH_API", "name", "p", "jn")
-    jd, d = _sid_join(pr, "PYTORCH_API", "inputDtypes", "p", "jd")
-    js, sh = _sid_join(pr, "PYTORCH_API", "inputShapes", "p", "js")
-    da, sb = _v(d), _v(sh)
+    jn, n = sid_join(pr, "PYTORCH_API", "name", "p", "jn")
+    jd, d = sid_join(pr, "PYTORCH_API", "inputDtypes", "p", "jd")
+    js, sh = sid_join(pr, "PYTORCH_API", "inputShapes", "p", "js")
+    da, sb = sid_value(d), sid_value(sh)
     shape_like = "regexp_matches({x}, '^[\\[\\]0-9,;\"\\s]+$')"
     # the real files swap the two columns' contents: decide per row by content
     shapes = f"CASE WHEN {shape_like.format(x=da)} THEN {da} ELSE {sb} END"
@@ -277,7 +263,7 @@ def _host_ops_table(con, pr: DbProbe) -> None:
         CREATE OR REPLACE TEMP TABLE hops AS
         SELECT row_number() OVER (ORDER BY start_ns, global_tid, connection_id, name, end_ns) AS host_op_id, *
         FROM (
-          SELECT {_v(n)} AS name,
+          SELECT {sid_value(n)} AS name,
                  TRY_CAST(p.startNs AS BIGINT) AS start_ns, TRY_CAST(p.endNs AS BIGINT) AS end_ns,
                  p.globalTid AS global_tid, {conn} AS connection_id, {seq} AS sequence_number,
                  {clean_text(shapes)} AS input_shapes, {clean_text(dtypes)} AS input_dtypes,
@@ -308,176 +294,6 @@ def _host_ops_table(con, pr: DbProbe) -> None:
     else:
         con.execute("CREATE OR REPLACE TEMP TABLE conn_host (task_conn BIGINT, host_op_id BIGINT, "
                     "name VARCHAR, callchain_id BIGINT)")
-
-
-KERNEL_CHUNK_ROWS = 2_000_000
-"""COMPUTE_TASK_INFO rows per TASK ⋈ COMPUTE_TASK_INFO hash join (its table then fits in memory)."""
-
-
-def _parallel_copy(con, queries: Dict[str, str], folder: Path) -> Dict[str, Path]:
-    """``COPY (query) TO folder/<key>.parquet`` for every query at once, one DuckDB cursor per thread.
-
-    DuckDB's SQLite scanner reads one table on about one core (measured: a bare ``COPY`` of TASK then
-    COMPUTE_TASK_INFO used 19 CPU-s in 18.7 s wall), so dumping the tables side by side uses the
-    other cores. The cursors share the database instance (the attached SQLite file ``s``, settings).
-
-    Raises:
-        the first error of any thread; TilakeError on Ctrl-C (the scans are interrupted first).
-    """
-    import threading
-
-    out = {k: folder / f"{k}.parquet" for k in queries}
-    errors: List[BaseException] = []
-    cursors = {k: con.cursor() for k in queries}
-
-    def run(key: str) -> None:
-        try:
-            cursors[key].execute(f"COPY ({queries[key]}) TO {sql_str(out[key])} "
-                                 "(FORMAT parquet, COMPRESSION uncompressed)")
-        except BaseException as exc:  # re-raised in the caller's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(k,), name=f"tilake-dump-{k}") for k in queries]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
-    except BaseException as exc:
-        # Ctrl-C (or any error) in the caller: stop the other scans before the staging folder goes
-        for cur in cursors.values():
-            cur.interrupt()
-        for t in threads:
-            t.join()
-        if isinstance(exc, KeyboardInterrupt):
-            raise TilakeError("interrupted by the user; the lake is unchanged") from exc
-        raise
-    finally:
-        for cur in cursors.values():
-            cur.close()
-    if errors:
-        raise errors[0]
-    return out
-
-
-def _chunk_bounds(con, cti: Path, rows: int) -> List[tuple]:
-    """Half-open ``globalTaskId`` ranges of about :data:`KERNEL_CHUNK_ROWS` COMPUTE_TASK_INFO rows each
-    (approximate quantiles of the dumped keys); ``[(None, None)]`` for one chunk."""
-    k = max(1, -(-rows // KERNEL_CHUNK_ROWS))
-    if k == 1:
-        return [(None, None)]
-    qs = ", ".join(str(i / k) for i in range(1, k))
-    cuts = con.execute(f"SELECT list_sort(list_distinct(approx_quantile(globalTaskId, [{qs}]))) "
-                       f"FROM read_parquet({sql_str(cti)})").fetchone()[0] or []
-    edges = [None, *cuts, None]
-    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
-
-
-def _write_kernels(con, pr: DbProbe, writer, partition: Dict, capture_id: str) -> tuple:
-    """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
-
-    Compute kernels: TASK, COMPUTE_TASK_INFO (and CANN_API) are first dumped side by side to private
-    Parquet files in the staging folder (:func:`_parallel_copy`), then joined on ``globalTaskId`` in
-    ranges of about :data:`KERNEL_CHUNK_ROWS` rows, so each hash table fits in memory instead of
-    spilling (10 M + 10 M rows: 13.6 s and 474 MiB vs 26.5 s and 858 MiB for one join streamed from
-    the scanner; bench/README.md). Strings are decoded with plain LEFT JOINs on the in-memory ``sid``
-    copy of STRING_IDS; the CANN API name comes from CANN_API by connection id. One Parquet file per
-    range.
-    """
-    n = 0
-    cid = sql_str(capture_id)
-    has_cann = pr.has("CANN_API")
-    cann_val = "j_cann.value" if has_cann else "NULL"
-    if pr.has("COMPUTE_TASK_INFO") and pr.has("TASK"):
-        cti = {c: (f'c."{c}"' if pr.has("COMPUTE_TASK_INFO", c) else "NULL")
-               for c in ("name", "opType", "taskType", "inputShapes", "inputDataTypes", "inputFormats",
-                         "outputShapes", "outputDataTypes", "outputFormats")}
-        blk = f'c."{pr.block_column}"' if pr.block_column else "NULL"
-        strings = {"kernel_name": "name", "raw_op": "opType", "accel": "taskType", "i_sh": "inputShapes",
-                   "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
-                   "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
-        joins = "\n".join(f"LEFT JOIN sid j_{a} ON j_{a}.id = b.c_{a}" for a in strings)
-        picks = ", ".join(f"j_{a}.value AS {a}, j_{a}.clean AS {a}_clean" for a in strings)
-        picks += ", j_kernel_name.derived AS name_derived"
-        base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
-        dump = writer.staging / f"_dump_{capture_id}"
-        dump.mkdir(parents=True, exist_ok=True)
-        try:
-            queries = {
-                "task": ("SELECT t.globalTaskId, t.deviceId, t.streamId, t.taskId, t.startNs, t.endNs, "
-                         "t.taskType AS t_tt, t.connectionId FROM s.TASK t"),
-                "cti": f"SELECT c.globalTaskId, {blk} AS block_dim, {base_cols} FROM s.COMPUTE_TASK_INFO c",
-            }
-            if has_cann:
-                queries["cann"] = "SELECT connectionId, name FROM s.CANN_API"
-            files = _parallel_copy(con, queries, dump)
-            for lo, hi in _chunk_bounds(con, files["cti"], pr.rows.get("COMPUTE_TASK_INFO", 0)):
-                rng = " AND ".join([*([f"globalTaskId >= {lo}"] if lo is not None else []),
-                                    *([f"globalTaskId < {hi}"] if hi is not None else [])]) or "true"
-                # the connection ids of this range's tasks bound the CANN_API / host-op rows joined to it
-                cmin, cmax = con.execute(
-                    f"SELECT min(connectionId), max(connectionId) FROM read_parquet({sql_str(files['task'])}) "
-                    f"WHERE {rng} AND connectionId <> CAST({INVALID} AS BIGINT)").fetchone()
-                conn_rng = (f"BETWEEN {int(cmin)} AND {int(cmax)}" if cmin is not None else "IS NULL")
-                cann_join = (f"LEFT JOIN (SELECT connectionId, name FROM read_parquet({sql_str(files['cann'])}) "
-                             f"WHERE connectionId {conn_rng}) ca "
-                             "ON ca.connectionId = b.connectionId LEFT JOIN sid j_cann ON j_cann.id = ca.name"
-                             if has_cann else "")
-                sql = f"""
-                    WITH b AS (
-                        SELECT t.*, c.* EXCLUDE (globalTaskId)
-                        FROM (SELECT * FROM read_parquet({sql_str(files['cti'])}) WHERE {rng}) c
-                        JOIN (SELECT * FROM read_parquet({sql_str(files['task'])}) WHERE {rng}) t
-                          ON t.globalTaskId = c.globalTaskId
-                    ), k AS (
-                        SELECT b.*, {picks}, j_tt.value AS device_task_type, {cann_val} AS cann_api_name,
-                               h.host_op_id, h.name AS host_op_name, h.callchain_id
-                        FROM b
-                        {joins}
-                        LEFT JOIN sid j_tt ON j_tt.id = b.t_tt
-                        {cann_join}
-                        LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h
-                          ON h.task_conn = b.connectionId
-                    )
-                    SELECT {cid} AS capture_id, 'db' AS source_kind, globalTaskId AS global_task_id,
-                           deviceId AS device_id, streamId AS stream_id, taskId AS task_id,
-                           startNs AS start_ns, endNs AS end_ns, endNs - startNs AS dur_ns,
-                           kernel_name, CASE WHEN raw_op_clean IS NULL THEN name_derived ELSE raw_op END AS op_type,
-                           raw_op_clean IS NULL AS op_type_derived, accel_clean AS accelerator,
-                           device_task_type, block_dim,
-                           i_sh_clean AS input_shapes, i_dt_clean AS input_dtypes, i_fm_clean AS input_formats,
-                           o_sh_clean AS output_shapes, o_dt_clean AS output_dtypes, o_fm_clean AS output_formats,
-                           NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
-                           host_op_id, host_op_name, callchain_id, 1 AS call_count
-                    FROM k"""
-                n += writer.copy_query("kernels", sql, partition)
-        finally:
-            shutil.rmtree(dump, ignore_errors=True)
-    compute = n
-    if pr.has("COMMUNICATION_OP"):
-        jn, nm = _sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn")
-        jt, ot = _sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt")
-        dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"
-        # 4294967295 means "no connection": never join it (the compute path bounds ids the same way)
-        cann_join_o = ("LEFT JOIN s.CANN_API ca ON ca.connectionId = o.connectionId "
-                       f"AND o.connectionId <> CAST({INVALID} AS BIGINT) "
-                       "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
-        sql = f"""
-            SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,
-                   NULL AS stream_id, NULL AS task_id, o.startNs AS start_ns, o.endNs AS end_ns,
-                   o.endNs - o.startNs AS dur_ns, {_v(nm)} AS kernel_name,
-                   CASE WHEN {_v(ot, 'clean')} IS NULL THEN {_v(nm, 'derived')} ELSE {_v(ot)} END AS op_type,
-                   {_v(ot, 'clean')} IS NULL AS op_type_derived,
-                   'COMMUNICATION' AS accelerator, 'HCCL' AS device_task_type, NULL AS block_dim,
-                   NULL AS input_shapes, NULL AS input_dtypes, NULL AS input_formats,
-                   NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
-                   NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann_val} AS cann_api_name,
-                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
-            FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
-            LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
-        n += writer.copy_query("kernels", sql, partition)
-    return compute, n
 
 
 def _write_host_ops(con, writer, partition: Dict, capture_id: str) -> int:

@@ -18,7 +18,6 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from tilake.lake import schema
@@ -129,8 +128,10 @@ def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = ""
 
 
 def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[Dict] = None,
-                   allow_missing: bool = False, progress: bool = True, hold_lock: bool = True) -> IngestResult:
+                   allow_missing: bool = False, progress: bool = True) -> IngestResult:
     """Ingest every capture of one run, replacing any earlier ingest of ``run_id``.
+
+    Writes inside :meth:`Lake.writing` (the caller's door, or its own when called alone).
 
     Args:
         lake: target lake. run_id: validated id (``[A-Za-z0-9._-]+``).
@@ -148,7 +149,7 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
 
     result = IngestResult(run_id)
     meta = dict(run_meta or {})
-    with lake.write_run(run_id, schema.PROFILE_TABLES, hold_lock=hold_lock) as w:
+    with lake.write_run(run_id, schema.PROFILE_TABLES) as w:
         cols = [TextColumn("[bold]ingest[/] {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                 TimeElapsedColumn()]
         with Progress(*cols, disable=not progress, transient=True) as bar:

@@ -61,3 +61,32 @@ def test_report_unknown_run_is_one_line(example, tmp_path):
 def test_report_without_warehouse(tmp_path):
     r = CliRunner().invoke(main, ["report", "x", "--lake", str(tmp_path / "none")])
     assert r.exit_code == 2 and "run `tilake build` first" in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ingest", "--run-id", "a/b", "--train", "x"], "error: invalid run id 'a/b'"),
+    (["ingest", "--tag", "novalue", "--train", "x"], "error: --tag expects key=value, got 'novalue'"),
+    (["report", "../up"], "error: invalid run id '../up'"),
+    (["runs", "diff", "a", "b c"], "error: invalid run id 'b c'"),
+    (["dumps", "analyze", "--train", "t", "--infer", "i", "--out", "o", "--cu-seqlens", "0,x"],
+     "error: --cu-seqlens must be comma-separated integers, got '0,x'"),
+    (["dumps", "analyze", "--train", "t", "--infer", "i", "--out", "o", "--request-tokens", "5"],
+     "error: --request-tokens must be START:END, got '5'"),
+    (["dumps", "analyze", "--train", "t", "--infer", "i", "--out", "o", "--card", "model"],
+     "error: --card expects key=value, got 'model'"),
+])
+def test_bad_values_fail_at_the_door_with_one_line(tmp_path, args, message):
+    r = CliRunner().invoke(main, args + (["--lake", str(tmp_path / "lake")] if args[0] != "dumps" else []))
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines() == [message + r.output.strip()[len(message):]]
+    assert r.output.startswith(message) and not (tmp_path / "lake").exists()
+
+
+def test_param_types_convert():
+    from tilake.cli import IntList, KeyValue, TokenRange
+
+    assert KeyValue().convert(" a = 12 ", None, None) == ("a", "12")
+    assert KeyValue(numbers=True).convert("train_tp=2", None, None) == ("train_tp", 2)
+    assert KeyValue(numbers=True).convert("model=Qwen3-8B", None, None) == ("model", "Qwen3-8B")
+    assert IntList().convert("0,5,13", None, None) == [0, 5, 13]
+    assert TokenRange().convert("6:14", None, None) == (6, 14)

@@ -36,7 +36,7 @@ def test_marts_match_python(tmp_path):
     lake = Lake(tmp_path / "lake")
     # the CLI path: every round, lake write and dbt build of the dump models in one call
     res = run_analyze(rounds[0].train, rounds[0].infer, tmp_path / "out", rounds=[(r.train, r.infer) for r in rounds[1:]],
-                      card_items=["model=gen"], lake_path=lake.root, run_id="gen-scale", build=True, charts=False,
+                      card={"model": "gen"}, lake_path=lake.root, run_id="gen-scale", build=True, charts=False,
                       show_progress=False)
     assert res["lake_rows"]["tensor_stats"] > 0 and res["lake_rows"]["stub_rounds"] == 2
     assert res["dbt_nodes"] and res["points"] == [(0, "L0.attn_core.out", "logic-level"), (1, "L1.attn_core.out", "logic-level")]

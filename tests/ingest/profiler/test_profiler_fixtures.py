@@ -129,10 +129,10 @@ def test_text_exports_ingest(shared_dir, tmp_path, level):
 def test_kernels_joined_in_ranges_equal_one_join(fixture_lake, shared_dir, tmp_path, monkeypatch):
     """Large DBs join TASK ⋈ COMPUTE_TASK_INFO in globalTaskId ranges (KERNEL_CHUNK_ROWS per range);
     forcing 40-row ranges on a real level-2 DB yields exactly the rows of the one-range ingest."""
-    from tilake.ingest.profiler import db as profiler_db
+    from tilake.ingest.profiler import kernels as profiler_kernels
 
     lake, _, _ = fixture_lake
-    monkeypatch.setattr(profiler_db, "KERNEL_CHUNK_ROWS", 40)
+    monkeypatch.setattr(profiler_kernels, "KERNEL_CHUNK_ROWS", 40)
     small = Lake(tmp_path / "lake")
     caps = explicit(shared_dir / FIXTURE_DB / "level2", "train")
     ingest_profile(small, "fx-level2", caps, allow_missing=True, progress=False)

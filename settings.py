@@ -1,0 +1,46 @@
+"""Every environment switch tilake reads, in one place (HolisticTraceAnalysis ``env_options`` style).
+
+Each switch is a constant naming the variable, with a comment, and exactly one reader function
+below it; no other module reads ``os.environ`` for a ``TILAKE_*`` switch. A bottom-floor module
+(beside :mod:`tilake.files`): it imports nothing of tilake.
+
+The NPU seam's child script prints three markers on stdout that look like switches but are not
+read from the environment: ``TILAKE_PROBE <json>`` (the probe's result line),
+``TILAKE_NO_EXPORT_TYPE`` (this torch_npu's ``analyse()`` has no ``export_type`` parameter) and
+``TILAKE_ANALYSE_RETURNED`` (``analyse()`` returned). They are named here so that the seam and
+its tests share one spelling (:data:`PROBE_MARKER`, :data:`NO_EXPORT_TYPE_MARKER`,
+:data:`ANALYSE_RETURNED_MARKER`).
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+# the lake folder when no --lake is given (the CLI's --lake option also names it as its envvar)
+LAKE = "TILAKE_LAKE"
+# the lake folder when neither --lake nor $TILAKE_LAKE is given (relative to the working folder)
+DEFAULT_LAKE = "./tilake-lake"
+# torch intra-op threads for the dump tensor comparison (a positive integer; default 1: on a
+# shared host one thread measured 4x faster than two, OpenMP spin contention)
+THREADS = "TILAKE_THREADS"
+DEFAULT_THREADS = 1
+
+# stdout markers of the NPU seam's child script (not environment variables, see the module docstring)
+PROBE_MARKER = "TILAKE_PROBE"
+NO_EXPORT_TYPE_MARKER = "TILAKE_NO_EXPORT_TYPE"
+ANALYSE_RETURNED_MARKER = "TILAKE_ANALYSE_RETURNED"
+
+
+def lake_path(env: Optional[Mapping[str, str]] = None) -> str:
+    """``$TILAKE_LAKE`` if set and not empty, else :data:`DEFAULT_LAKE` (a path string, not resolved)."""
+    env = os.environ if env is None else env
+    return env.get(LAKE) or DEFAULT_LAKE
+
+
+def threads(env: Optional[Mapping[str, str]] = None) -> int:
+    """``$TILAKE_THREADS`` as a positive int; :data:`DEFAULT_THREADS` when unset or not an integer."""
+    env = os.environ if env is None else env
+    try:
+        return max(1, int(env.get(THREADS, DEFAULT_THREADS)))
+    except ValueError:
+        return DEFAULT_THREADS
