@@ -54,6 +54,13 @@ DUMP_TABLES: Dict[str, List[Tuple[str, str]]] = {
         ("class_evidence", "VARCHAR"),   # JSON list
         ("notes", "VARCHAR"),            # JSON list (transforms applied, layout scans)
         ("role", "VARCHAR"),             # independent_point | propagated | suspect | NULL (equal/not compared)
+        # the dump verdict of the round, written once by the Python analysis (the marts read it)
+        ("first_divergence_status", "VARCHAR"),  # found | none | undetermined (the round's; activation rows)
+        ("is_first_divergence", "BOOLEAN"),
+        ("growth_vs_first", "DOUBLE"),   # max_abs_diff / the first divergence's (amplification chain)
+        ("downstream_differing", "BIGINT"),      # independent points: differing boundaries after it
+        ("downstream_max_abs_diff", "DOUBLE"),   # independent points: largest max_abs_diff after it
+        ("amplification", "DOUBLE"),     # downstream_max_abs_diff / max_abs_diff
     ],
     # one row per stub round (instruction issued after round - 1, verification seen in round)
     "stub_rounds": [

@@ -26,4 +26,4 @@ select
     content_hash,
     status,
     reason
-from {{ source('lake_dumps', 'tensor_stats') }}
+from {{ source('msprobe', 'tensor_stats') }}

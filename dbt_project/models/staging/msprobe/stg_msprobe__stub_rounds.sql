@@ -10,4 +10,4 @@ select
     verified,
     verification,
     outcome
-from {{ source('lake_dumps', 'stub_rounds') }}
+from {{ source('msprobe', 'stub_rounds') }}

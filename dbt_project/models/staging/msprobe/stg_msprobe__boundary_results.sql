@@ -1,4 +1,5 @@
--- one row per boundary (activation or weight) per round
+-- one row per boundary (activation or weight) per round; the verdict columns (first divergence,
+-- growth, amplification) are the Python analysis' own (diagnosis/lake_rows.py)
 select
     run_id,
     round,
@@ -40,5 +41,11 @@ select
     "class" as diff_class,
     class_evidence,
     notes,
-    role
-from {{ source('lake_dumps', 'boundary_results') }}
+    role,
+    first_divergence_status,
+    coalesce(is_first_divergence, false) as is_first_divergence,
+    growth_vs_first,
+    downstream_differing,
+    downstream_max_abs_diff,
+    amplification
+from {{ source('msprobe', 'boundary_results') }}

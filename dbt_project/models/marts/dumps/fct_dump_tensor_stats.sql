@@ -12,5 +12,5 @@ select
     sum(nan_count) as nan_values,
     sum(posinf_count + neginf_count) as inf_values,
     count(distinct content_hash) as distinct_contents
-from {{ ref('stg_lake_dumps__tensor_stats') }}
+from {{ ref('stg_msprobe__tensor_stats') }}
 group by run_id, side, rank, round

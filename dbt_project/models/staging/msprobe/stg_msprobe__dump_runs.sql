@@ -11,5 +11,5 @@ select
     verdict_reason,
     task_card,
     created_at
-from {{ source('lake_dumps', 'dump_runs') }}
+from {{ source('msprobe', 'dump_runs') }}
 qualify row_number() over (partition by run_id order by created_at desc nulls last) = 1
