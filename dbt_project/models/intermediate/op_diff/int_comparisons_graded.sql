@@ -28,7 +28,8 @@ modules as (
 ),
 fused_pairs as (
     select t.run_id, t.display_module as module,
-           bool_or(t.fusion_scope = i.fusion_scope and t.backend = i.backend and t.base_op <> i.base_op) as diff_fused_same_backend,
+           bool_or(t.fusion_scope = i.fusion_scope and t.backend = i.backend and t.base_op <> i.base_op)
+               as diff_fused_same_backend,
            bool_or(t.fusion_scope = i.fusion_scope and t.backend <> i.backend) as diff_backend
     from ops t
     join ops i on i.run_id = t.run_id and i.display_module = t.display_module
@@ -56,7 +57,7 @@ joined as (
 ),
 flags as (
     select *,
-        t_set is not null and i_set is not null as both,
+        t_set is not null and i_set is not null as both_sides,
         (t_set is null) <> (i_set is null) as one_side
     from joined
 ),
@@ -65,21 +66,22 @@ rule_hits as (
     from flags f
     cross join {{ ref('grading_rules') }} r
     where case r.rule_id
-        when 'same_ops' then f.both and f.t_set = f.i_set
-        when 'same_base_op' then f.both and f.t_base = f.i_base
+        when 'same_ops' then f.both_sides and f.t_set = f.i_set
+        when 'same_base_op' then f.both_sides and f.t_base = f.i_base
         when 'one_side_with_equiv' then f.one_side and len(list_intersect(
                 coalesce(f.t_equivs, f.i_equivs, []),
                 coalesce(case when f.t_set is null then f.t_all_equivs else f.i_all_equivs end, []))) > 0
         when 'one_side_no_equiv' then f.one_side
-        when 'fused_vs_unfused' then f.both and (
+        when 'fused_vs_unfused' then f.both_sides and (
                 (f.t_fused and not f.i_fused and f.i_unfused >= 2) or
                 (f.i_fused and not f.t_fused and f.t_unfused >= 2))
-        when 'different_fused_kernel' then f.both and f.diff_fused_same_backend
-        when 'fusion_degree' then f.both and (f.t_fused or f.i_fused) and (
+        when 'different_fused_kernel' then f.both_sides and f.diff_fused_same_backend
+        when 'fusion_degree' then f.both_sides and (f.t_fused or f.i_fused) and (
                 coalesce(f.t_scopes, []) <> coalesce(f.i_scopes, []) or f.t_fused <> f.i_fused)
-        when 'different_backend' then f.both and f.diff_backend
-        when 'equivalent_impl' then f.both and len(list_intersect(coalesce(f.t_equivs, []), coalesce(f.i_equivs, []))) > 0
-        when 'different_impl' then f.both
+        when 'different_backend' then f.both_sides and f.diff_backend
+        when 'equivalent_impl' then f.both_sides
+                and len(list_intersect(coalesce(f.t_equivs, []), coalesce(f.i_equivs, []))) > 0
+        when 'different_impl' then f.both_sides
         else false end
 ),
 best as (

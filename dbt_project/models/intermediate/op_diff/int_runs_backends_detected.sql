@@ -22,7 +22,8 @@ select r.run_id,
        case when r.train_backend is not null and r.train_backend <> 'unknown' then r.train_backend
             when ft.megatron then 'megatron' when ft.fsdp then 'fsdp' else 'unknown' end as train_backend_detected,
        case when r.infer_backend is not null and r.infer_backend <> 'unknown' then r.infer_backend
-            when fi.vllm or k.vllm_kernels then 'vllm' when fi.sglang then 'sglang' else 'unknown' end as infer_backend_detected
+            when fi.vllm or k.vllm_kernels then 'vllm' when fi.sglang then 'sglang' else 'unknown'
+       end as infer_backend_detected
 from {{ ref('int_runs_versioned') }} r
 left join frames ft on ft.run_id = r.run_id and ft.side = 'train'
 left join frames fi on fi.run_id = r.run_id and fi.side = 'infer'

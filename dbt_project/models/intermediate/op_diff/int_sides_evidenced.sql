@@ -3,7 +3,7 @@
 with sides as (
     select r.run_id, s.side
     from {{ ref('int_runs_versioned') }} r
-    cross join (values ('train'), ('infer')) s(side)
+    cross join (values ('train'), ('infer')) s (side)
     where r.has_profile
 ),
 caps as (
@@ -13,7 +13,8 @@ caps as (
            bool_or(status = 'ok') as any_device,
            bool_or(status = 'host_fallback') as any_host_fallback,
            list_sort(list(distinct rank) filter (where status not in ('ok', 'host_fallback'))) as ranks_missing,
-           string_agg(distinct status || ': ' || reason, ' | ' order by status || ': ' || reason) filter (where status not in ('ok')) as reasons,
+           string_agg(distinct status || ': ' || reason, ' | ' order by status || ': ' || reason)
+               filter (where status not in ('ok')) as reasons,
            count(*) as captures,
            bool_or(coalesce(truncated, false)) as any_truncated,
            string_agg(distinct profiler_level, ',' order by profiler_level) as profiler_levels

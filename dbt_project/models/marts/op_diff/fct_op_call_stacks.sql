@@ -15,7 +15,9 @@ top_chain as (
            min(host_op_name) as host_op_name, count(*) as kernels
     from k
     group by run_id, side, op_type, rank, capture_id, callchain_id
-    qualify row_number() over (partition by run_id, side, op_type order by count(*) desc, rank, capture_id, callchain_id) = 1
+    qualify row_number() over (
+        partition by run_id, side, op_type order by count(*) desc, rank, capture_id, callchain_id
+    ) = 1
 ),
 frames as (
     select t.run_id, t.side, t.op_type, t.host_op_name, t.kernels,

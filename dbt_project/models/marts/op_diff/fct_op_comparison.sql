@@ -79,8 +79,10 @@ select
          when g.only_side = 'infer' then '推理独有' || case when r.grade = 'yellow' then '（训练有等价实现）' else '' end
          else r.diff_type_zh end as diff_type_zh,
     case when r.grade = 'evidence_missing' then r.diff_type_en
-         when g.only_side = 'train' then 'training only' || case when r.grade = 'yellow' then ' (equivalent in inference)' else '' end
-         when g.only_side = 'infer' then 'inference only' || case when r.grade = 'yellow' then ' (equivalent in training)' else '' end
+         when g.only_side = 'train'
+             then 'training only' || case when r.grade = 'yellow' then ' (equivalent in inference)' else '' end
+         when g.only_side = 'infer'
+             then 'inference only' || case when r.grade = 'yellow' then ' (equivalent in training)' else '' end
          else r.diff_type_en end as diff_type_en,
     r.rule_zh,
     r.rule_en,
