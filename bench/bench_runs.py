@@ -111,7 +111,11 @@ def clone_runs(lake: Lake, template: Lake, n: int) -> None:
                  "status": "CASE WHEN p.pos < r.i % 3 THEN 'EXACT' ELSE 'NOT_EXACT' END",
                  "tensor_ulp": "CASE WHEN p.pos < r.i % 3 THEN 0 ELSE 2.0 * (p.pos + 1) END",
                  "max_abs_diff": "CASE WHEN p.pos < r.i % 3 THEN 0 ELSE 0.01 * (p.pos + 1) END",
-                 "class": "CASE WHEN p.pos < r.i % 3 THEN NULL ELSE 'rounding-level' END"}
+                 "class": "CASE WHEN p.pos < r.i % 3 THEN NULL ELSE 'rounding-level' END",
+                 # the verdict facts the Python analysis writes with each row (diagnosis/lake_rows.py)
+                 "first_divergence_status": "'found'", "is_first_divergence": "p.pos = r.i % 3",
+                 "role": "CASE WHEN p.pos < r.i % 3 THEN NULL WHEN p.pos = r.i % 3 THEN 'independent_point' "
+                         "ELSE 'propagated' END"}
         sel = ", ".join(f'CAST({fixed.get(c, "NULL")} AS {t}) AS "{c}"' for c, t in bcols)
         con.execute(f"COPY (SELECT {sel} FROM range({n}) r(i), range(3) p(pos)) TO {sql_str(staged / 'boundary_results')} "
                     "(FORMAT parquet, PARTITION_BY (run_id), WRITE_PARTITION_COLUMNS true)")

@@ -4,6 +4,11 @@
 and a raw-byte hash, :func:`tilake.diagnosis.numerics.tensor_stats`); a missing or unreadable
 ``.pt`` becomes a row with ``status`` ``missing``/``unreadable`` and the reason, never a crash.
 The write is atomic per run (:meth:`tilake.lake.store.Lake.write_run`).
+
+``boundary_results`` rows also carry the dump verdict of their round as the analysis computed it
+(:func:`verdict_facts`): first divergence, growth vs it, and each independent point's downstream
+amplification. This is the one home of those facts; the dbt marts ``fct_boundary_diffs`` and
+``fct_difference_points`` read them and derive nothing a second way.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from tilake.lake.schema import DUMP_TABLES as DUMP_OWNED
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
-from tilake.diagnosis.analyze import Analysis, RoundInput
+from tilake.diagnosis.analyze import Analysis, RoundInput, amplification_chain
 from tilake.diagnosis.numerics import tensor_stats, torch_threads
 from tilake.ingest.msprobe.reader import DumpSide
 
@@ -85,9 +90,10 @@ def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInpu
                 if rows:
                     w.write_rows("tensor_stats", rows,
                                  partition={"side": side, "rank": d.rank if d.rank is not None else 0})
+        facts = verdict_facts(an)
         brow = []
         for r in an.boundary_rows:
-            brow.append(_brow(r, "activation"))
+            brow.append({**_brow(r, "activation"), **facts.get((r["round"], r["boundary"]), {})})
         for r in an.weight_rows:
             brow.append(_brow({**r, "round": 0}, "weight"))
         w.write_rows("boundary_results", brow)
@@ -112,6 +118,47 @@ def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInpu
             "verdict_reason": an.verdict_reason, "task_card": _j(card),
             "created_at": _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)}])
         return dict(w.rows_written)
+
+
+FACT_COLUMNS = ("first_divergence_status", "is_first_divergence", "growth_vs_first",
+                "downstream_differing", "downstream_max_abs_diff", "amplification")
+_SKIPPED = ("ISOLATED", "not_compared")
+
+
+def verdict_facts(an: Analysis) -> Dict[tuple, dict]:
+    """The analysis' verdict per activation boundary row, keyed by ``(round, boundary)``.
+
+    Every row of a round gets the round's ``first_divergence_status`` (found | none | undetermined,
+    :func:`tilake.diagnosis.analyze.first_divergence`) and ``is_first_divergence``; rows on the
+    round's amplification chain get ``growth_vs_first`` (their ``max_abs_diff`` over the first
+    divergence's, None when that is 0). Each independent difference point (``role`` =
+    ``independent_point``) gets ``downstream_differing`` (compared boundaries after it in the round
+    that differ: NOT_EXACT, DTYPE_DIFF or NONFINITE; SHAPE_DIFF and uncompared ones are off the
+    chain), ``downstream_max_abs_diff`` (their largest ``max_abs_diff``, None when there are none)
+    and ``amplification`` = that over the point's own ``max_abs_diff`` (None when either is
+    missing or the point's is 0). Weight rows get none of these (NULL in the lake).
+    """
+    out: Dict[tuple, dict] = {}
+    for rinfo in an.rounds:
+        k = rinfo["round"]
+        fd = rinfo.get("first_divergence") or {}
+        rows = [r for r in an.boundary_rows if r["round"] == k]
+        for r in rows:
+            out[(k, r["boundary"])] = {c: None for c in FACT_COLUMNS}
+            out[(k, r["boundary"])].update(first_divergence_status=fd.get("status"),
+                                           is_first_divergence=r["boundary"] == fd.get("boundary"))
+        for c in rinfo.get("amplification_chain") or []:
+            out[(k, c["boundary"])]["growth_vs_first"] = c["growth_vs_first"]
+        compared = [r for r in rows if r["status"] not in _SKIPPED]
+        for p in rinfo.get("points") or []:
+            chain = amplification_chain(compared, p["boundary"])
+            down = [c for c in chain if c["position"] > p["position"] and c["status"] != "EXACT"]
+            diffs = [c["max_abs_diff"] for c in down if c["max_abs_diff"] is not None]
+            dmax = max(diffs) if diffs else None
+            own = p.get("max_abs_diff")
+            out[(k, p["boundary"])].update(downstream_differing=len(down), downstream_max_abs_diff=dmax,
+                                           amplification=(dmax / own) if (dmax is not None and own) else None)
+    return out
 
 
 def _brow(r: dict, kind: str) -> dict:

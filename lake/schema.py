@@ -162,6 +162,13 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("class_evidence", "VARCHAR", "JSON list"),
         ("notes", "VARCHAR", "JSON list (transforms applied, layout scans)"),
         ("role", "VARCHAR", "independent_point | propagated | suspect | NULL (equal/not compared)"),
+        # the dump verdict of the round, written once by the Python analysis (the marts read it)
+        ("first_divergence_status", "VARCHAR", "found | none | undetermined (the round's; activation rows)"),
+        ("is_first_divergence", "BOOLEAN", "this boundary is the round's first divergence"),
+        ("growth_vs_first", "DOUBLE", "max_abs_diff / the first divergence's (amplification chain)"),
+        ("downstream_differing", "BIGINT", "independent points: differing boundaries after it"),
+        ("downstream_max_abs_diff", "DOUBLE", "independent points: largest max_abs_diff after it"),
+        ("amplification", "DOUBLE", "downstream_max_abs_diff / max_abs_diff"),
     )),
     RawTable("stub_rounds", "lake_dumps",
              "One row per stub round: instruction (issued after round - 1), verification, outcome.", (), _cols(

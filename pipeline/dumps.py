@@ -21,9 +21,8 @@ from tilake.diagnosis import maps as M
 from tilake.diagnosis import outputs as O
 from tilake.diagnosis.outputs import UNKNOWN
 
-DUMP_MODELS = ["stg_lake__runs", "int_runs_versioned", "stg_lake_dumps__dump_runs", "stg_lake_dumps__tensor_stats", "stg_lake_dumps__boundary_results",
-               "stg_lake_dumps__stub_rounds", "int_boundaries_ordered", "fct_boundary_diffs",
-               "int_boundary_inputs_joined", "fct_difference_points", "fct_dump_tensor_stats"]
+# the dump marts (their folder is the selector); dbt_build adds their ancestors (staging/msprobe, runs)
+DUMP_MODELS = ["path:models/marts/dumps"]
 
 
 def _progress():

@@ -9,7 +9,7 @@
       {{ tilake_per_run_incremental() }},
       k as (select … from {{ tilake_staged('kernels') }} k join todo using (run_id))
 
-    `tilake_staged(table)` is the staging view (`stg_lake__<table>`) on a first build, a
+    `tilake_staged(table)` is the staging view (`stg_profiler__<table>`) on a first build, a
     --full-refresh, or when more than `tilake_max_listed_runs` runs are due; otherwise it is the
     same staging SELECT over `read_parquet([<schema file>, <files of the due runs>])`, with the file
     list taken from DuckDB's glob() at compile time. Measured on a 1 000-run lake (≈ 2 900 kernel
@@ -60,7 +60,7 @@
 
 {% macro tilake_staged(table, run_ids=none) %}
     {#- The staging relation of a lake table, restricted to `run_ids` when given (see above). -#}
-    {%- if run_ids is none -%}{{ ref('stg_lake__' ~ table) }}
+    {%- if run_ids is none -%}{{ ref('stg_profiler__' ~ table) }}
     {%- else -%}({{ tilake_stage_select(table, tilake_run_files(table, run_ids)) }})
     {%- endif -%}
 {% endmacro %}

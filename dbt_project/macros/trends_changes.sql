@@ -144,7 +144,7 @@ select
         when r.first_divergence_status = 'none' then 'disappeared'
         when r.first_divergence_position < b.first_divergence_position then 'earlier'
         when r.first_divergence_position > b.first_divergence_position then 'later'
-        when r.first_divergence_boundary is distinct from b.first_divergence_boundary then 'moved'
+        when (r.first_divergence_boundary is distinct from b.first_divergence_boundary) then 'moved'
         else 'unchanged'
     end as movement
 from pairs p

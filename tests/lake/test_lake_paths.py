@@ -34,7 +34,7 @@ def test_weird_lake_path_builds_and_never_reads_a_sibling(tmp_path, monkeypatch)
     try:
         assert con.execute("select run_id from dim_runs").fetchall() == [("mine",)]
         assert con.execute("select distinct run_id from fct_op_comparison").fetchall() == [("mine",)]
-        assert con.execute("select distinct run_id from stg_lake__kernels").fetchall() == [("mine",)]
+        assert con.execute("select distinct run_id from stg_profiler__kernels").fetchall() == [("mine",)]
     finally:
         con.close()
     link = dbt_lake_root(weird.root)

@@ -64,7 +64,11 @@ def _dumps(lake: Lake, run_id: str, first_div: int, ulp: float) -> None:
                      "position": pos, "layer": 0, "op": "op", "inputs": [f"layers.0.b{pos - 1}"] if pos else [],
                      "status": st, "tensor_ulp": (ulp * (pos + 1)) if st != "EXACT" else 0.0,
                      "max_abs_diff": 0.01 * (pos + 1) if st != "EXACT" else 0.0,
-                     "class": "rounding-level" if st != "EXACT" else None})
+                     "class": "rounding-level" if st != "EXACT" else None,
+                     # the verdict facts the Python analysis writes with each row (diagnosis/lake_rows.py)
+                     "first_divergence_status": "found", "is_first_divergence": pos == first_div,
+                     "role": None if st == "EXACT" else "independent_point" if pos == first_div else "propagated",
+                     "growth_vs_first": (pos + 1) / (first_div + 1) if pos >= first_div else None})
     with lake.write_run(run_id, ["dump_runs", "boundary_results"]) as w:
         w.write_rows("dump_runs", [{"run_id": run_id, "map_name": "qwen3_hf_vllm", "rounds": 1, "verdict": "nonzero",
                                     "consistency": "rounding_only", "created_at": datetime.utcnow()}])

@@ -12,7 +12,7 @@ with r as (
 probed as (
     select r.run_id, u.k as raw_key, r.tool_versions::json ->> u.k as version, 2 as priority,
            json_type(r.tool_versions::json -> u.k) as value_type
-    from r, unnest(json_keys(r.tool_versions::json)) as u(k)
+    from r, unnest(json_keys(r.tool_versions::json)) as u (k)
     where r.tool_versions is not null and json_valid(r.tool_versions)
       and json_type(r.tool_versions::json) = 'OBJECT'
 ),
@@ -20,7 +20,7 @@ probed as (
 tagged as (
     select r.run_id, substr(u.k, 6) as raw_key, r.tags::json ->> u.k as version, 1 as priority,
            json_type(r.tags::json -> u.k) as value_type
-    from r, unnest(json_keys(r.tags::json)) as u(k)
+    from r, unnest(json_keys(r.tags::json)) as u (k)
     where r.tags is not null and json_valid(r.tags) and json_type(r.tags::json) = 'OBJECT'
       and lower(u.k) like 'tool.%'
 ),

@@ -5,12 +5,12 @@
 -- and every trend model reads this table instead.
 {{ config(materialized='table') }}
 with p as (
-    select * from {{ ref('stg_lake__runs') }}
+    select * from {{ ref('stg_profiler__runs') }}
 ),
 
 d as (
     select run_id, created_at, map_name, verdict, consistency
-    from {{ ref('stg_lake_dumps__dump_runs') }}
+    from {{ ref('stg_msprobe__dump_runs') }}
 ),
 
 ids as (

@@ -1,3 +1,8 @@
 -- grain: see _trends__models.yml. Each run against the previous run of its model family
 -- (int_run_pairs_ordered, pair_kind 'profile'); logic in macros/trends_changes.sql.
-{{ tilake_kernel_changes("select base_run_id, run_id, pair_kind from " ~ ref('int_run_pairs_ordered') ~ " where pair_kind = 'profile'") }}
+{%- set pairs -%}
+select base_run_id, run_id, pair_kind
+from {{ ref('int_run_pairs_ordered') }}
+where pair_kind = 'profile'
+{%- endset %}
+{{ tilake_kernel_changes(pairs) }}

@@ -2,4 +2,9 @@
 --   select * from fct_change_kernels_any where base_run_id = 'A' and run_id = 'B'
 -- Same logic as fct_change_kernels (macros/trends_changes.sql), computed when read.
 {{ config(materialized='view') }}
-{{ tilake_kernel_changes("select a.run_id as base_run_id, b.run_id as run_id, 'any' as pair_kind from " ~ ref('fct_run_registry') ~ " a, " ~ ref('fct_run_registry') ~ " b where a.has_profile and b.has_profile and a.run_id <> b.run_id") }}
+{%- set pairs -%}
+select a.run_id as base_run_id, b.run_id, 'any' as pair_kind
+from {{ ref('fct_run_registry') }} as a, {{ ref('fct_run_registry') }} as b
+where a.has_profile and b.has_profile and a.run_id <> b.run_id
+{%- endset %}
+{{ tilake_kernel_changes(pairs) }}

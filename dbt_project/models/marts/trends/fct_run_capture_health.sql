@@ -26,7 +26,7 @@ sides as (
            case when s.side = 'train' then d.train_ranks_seen else d.infer_ranks_seen end as ranks_seen,
            case when s.side = 'train' then d.train_ranks_usable else d.infer_ranks_usable end as ranks_usable
     from {{ ref('dim_runs') }} d
-    cross join (values ('train'), ('infer')) s(side)
+    cross join (values ('train'), ('infer')) s (side)
     where d.run_id in (select run_id from todo)
 )
 

@@ -1,0 +1,101 @@
+-- grain: run × comparison module (attention, residual_norm, …): both sides' ops and the grade.
+-- Each rule of seeds/grading_rules.csv is a boolean flag computed here; the lowest-priority-number
+-- rule that holds decides grade and difference type (rules live in data, conditions in SQL).
+with ops as (
+    select * from {{ ref('int_side_ops_fused_joined') }}
+),
+per_side as (
+    select run_id, display_module as module, side,
+           list(op_type order by calls desc, op_type) as ops,
+           list(calls order by calls desc, op_type) as op_calls,
+           sum(calls) as calls,
+           list_sort(list(distinct op_type)) as op_set,
+           list_sort(list(distinct base_op)) as base_set,
+           bool_or(fused) as has_fused,
+           count(distinct base_op) filter (where not fused) as n_unfused_base,
+           list_sort(list(distinct fusion_scope) filter (where fused)) as scopes,
+           list_sort(list(distinct equiv_class) filter (where equiv_class is not null)) as equivs,
+           list_sort(list(distinct joined_by) filter (where joined)) as joined_by
+    from ops
+    group by run_id, display_module, side
+),
+side_equivs as (
+    select run_id, side, list_sort(list(distinct equiv_class) filter (where equiv_class is not null)) as all_equivs
+    from ops group by run_id, side
+),
+modules as (
+    select distinct run_id, module from per_side
+),
+fused_pairs as (
+    select t.run_id, t.display_module as module,
+           bool_or(t.fusion_scope = i.fusion_scope and t.backend = i.backend and t.base_op <> i.base_op)
+               as diff_fused_same_backend,
+           bool_or(t.fusion_scope = i.fusion_scope and t.backend <> i.backend) as diff_backend
+    from ops t
+    join ops i on i.run_id = t.run_id and i.display_module = t.display_module
+    where t.side = 'train' and i.side = 'infer' and t.fused and i.fused
+    group by t.run_id, t.display_module
+),
+joined as (
+    select m.run_id, m.module,
+           t.ops as train_ops, t.op_calls as train_op_calls, coalesce(t.calls, 0) as train_calls,
+           i.ops as infer_ops, i.op_calls as infer_op_calls, coalesce(i.calls, 0) as infer_calls,
+           t.op_set as t_set, i.op_set as i_set, t.base_set as t_base, i.base_set as i_base,
+           coalesce(t.has_fused, false) as t_fused, coalesce(i.has_fused, false) as i_fused,
+           coalesce(t.n_unfused_base, 0) as t_unfused, coalesce(i.n_unfused_base, 0) as i_unfused,
+           t.scopes as t_scopes, i.scopes as i_scopes, t.equivs as t_equivs, i.equivs as i_equivs,
+           list_concat(coalesce(t.joined_by, []), coalesce(i.joined_by, [])) as joined_by,
+           te.all_equivs as t_all_equivs, ie.all_equivs as i_all_equivs,
+           coalesce(fp.diff_fused_same_backend, false) as diff_fused_same_backend,
+           coalesce(fp.diff_backend, false) as diff_backend
+    from modules m
+    left join per_side t on t.run_id = m.run_id and t.module = m.module and t.side = 'train'
+    left join per_side i on i.run_id = m.run_id and i.module = m.module and i.side = 'infer'
+    left join side_equivs te on te.run_id = m.run_id and te.side = 'train'
+    left join side_equivs ie on ie.run_id = m.run_id and ie.side = 'infer'
+    left join fused_pairs fp on fp.run_id = m.run_id and fp.module = m.module
+),
+flags as (
+    select *,
+        t_set is not null and i_set is not null as both_sides,
+        (t_set is null) <> (i_set is null) as one_side
+    from joined
+),
+rule_hits as (
+    select f.run_id, f.module, r.rule_id, r.priority
+    from flags f
+    cross join {{ ref('grading_rules') }} r
+    where case r.rule_id
+        when 'same_ops' then f.both_sides and f.t_set = f.i_set
+        when 'same_base_op' then f.both_sides and f.t_base = f.i_base
+        when 'one_side_with_equiv' then f.one_side and len(list_intersect(
+                coalesce(f.t_equivs, f.i_equivs, []),
+                coalesce(case when f.t_set is null then f.t_all_equivs else f.i_all_equivs end, []))) > 0
+        when 'one_side_no_equiv' then f.one_side
+        when 'fused_vs_unfused' then f.both_sides and (
+                (f.t_fused and not f.i_fused and f.i_unfused >= 2) or
+                (f.i_fused and not f.t_fused and f.t_unfused >= 2))
+        when 'different_fused_kernel' then f.both_sides and f.diff_fused_same_backend
+        when 'fusion_degree' then f.both_sides and (f.t_fused or f.i_fused) and (
+                coalesce(f.t_scopes, []) <> coalesce(f.i_scopes, []) or f.t_fused <> f.i_fused)
+        when 'different_backend' then f.both_sides and f.diff_backend
+        when 'equivalent_impl' then f.both_sides
+                and len(list_intersect(coalesce(f.t_equivs, []), coalesce(f.i_equivs, []))) > 0
+        when 'different_impl' then f.both_sides
+        else false end
+),
+best as (
+    select * from rule_hits
+    qualify row_number() over (partition by run_id, module order by priority) = 1
+)
+select
+    f.run_id, f.module,
+    f.train_ops, f.train_op_calls, f.train_calls,
+    f.infer_ops, f.infer_op_calls, f.infer_calls,
+    f.t_fused as train_fused, f.i_fused as infer_fused,
+    f.joined_by,
+    case when f.t_set is null and f.i_set is not null then 'infer'
+         when f.i_set is null and f.t_set is not null then 'train' end as only_side,
+    b.rule_id
+from flags f
+join best b using (run_id, module)

@@ -1,0 +1,16 @@
+-- one row per run × side × rank × round: dumped tensor population and health
+select
+    run_id,
+    side,
+    rank,
+    round,
+    count(*) as tensor_slots,
+    count(*) filter (where status = 'ok') as tensors_read,
+    count(*) filter (where status in ('missing', 'unreadable')) as tensors_unreadable,
+    count(*) filter (where dtype_mismatch) as dtype_mismatches,
+    sum(nbytes) filter (where status = 'ok') as tensor_bytes,
+    sum(nan_count) as nan_values,
+    sum(posinf_count + neginf_count) as inf_values,
+    count(distinct content_hash) as distinct_contents
+from {{ ref('stg_msprobe__tensor_stats') }}
+group by run_id, side, rank, round

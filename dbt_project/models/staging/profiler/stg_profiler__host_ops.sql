@@ -1,0 +1,3 @@
+-- staging view of raw `host_ops`; the SELECT lives in macros/staging_lake.sql so incremental models can
+-- apply it to the files of just the runs they rebuild (macros/lake_scan.sql)
+{{ tilake_stage_select('host_ops', source('profiler', 'host_ops')) }}
