@@ -29,8 +29,10 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
         logic-level (an elementwise op fed identical inputs cannot produce accumulation noise);
       * tensor-scale ULP above ``rounding_max_tensor_ulp`` → logic-level;
       * whole rows / whole columns differing while the inputs were equal → logic-level;
-      * otherwise rounding-level; a one-direction lean of the signed ULPs is recorded as a
-        systematic-bias finding either way.
+      * otherwise rounding-level; a one-direction lean of the signed ULPs — in value or in
+        magnitude (:func:`systematic_bias`) — is recorded as a biased-rounding finding either way;
+      * the rows / columns whose error exceeds the rounding bound are named when they are not all
+        of them (``logic_rows`` / ``logic_cols`` from :func:`tilake.diagnosis.numerics.compare`).
     """
     st = row.get("status")
     inp = []
@@ -70,16 +72,69 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
         else:
             ev.append(f"difference pattern: {row.get('pattern')} "
                       f"({row.get('mismatch_fraction', 0):.1%} of elements differ)")
-    pos, neg = row.get("pos_count") or 0, row.get("neg_count") or 0
-    if pos + neg >= int(cfg.get("bias_min_count", 16)) and \
-            abs(pos - neg) / (pos + neg) >= float(cfg.get("bias_fraction", 0.8)):
-        row["systematic_bias"] = True
-        ev.append(f"systematic bias: {pos} elements up vs {neg} down (signed mean "
-                  f"{row.get('signed_mean_ulp', 0):+.3g} ULP)")
-    else:
-        row["systematic_bias"] = False
+    ev.extend(_localisation(row))
+    bias = systematic_bias(row, cfg)
+    row["systematic_bias"] = bias is not None
+    row["bias"] = bias
+    if bias is not None:
+        ev.append(bias["text"])
     row["class"] = cls
     row["class_evidence"] = ev
+
+
+def systematic_bias(row: dict, cfg: dict) -> Optional[dict]:
+    """A one-direction lean of a compared row's differing elements, or None.
+
+    Two leans are tested with the map's ``bias_min_count`` (16) and ``bias_fraction`` (0.8):
+      * magnitude: among the significant differing elements, ``|smaller − larger| / (smaller +
+        larger)`` of the other side's magnitudes — a truncating kernel (round toward zero) gives
+        ``toward_zero`` with share 1.0 and magnitude-signed mean −1 ULP even on zero-centred data,
+        where the value-signed mean cancels;
+      * value: ``|pos − neg| / (pos + neg)`` of ``ord(other) − ord(ref)`` over every differing element.
+
+    Returns:
+        ``{"kind": toward_zero | away_from_zero | value_up | value_down, "mag_signed_mean_ulp",
+        "signed_mean_ulp", "share_smaller_magnitude", "text"}``; magnitude wins when both lean.
+    """
+    n_min, frac = int(cfg.get("bias_min_count", 16)), float(cfg.get("bias_fraction", 0.8))
+    sm, lg = row.get("smaller_magnitude_count") or 0, row.get("larger_magnitude_count") or 0
+    pos, neg = row.get("pos_count") or 0, row.get("neg_count") or 0
+    other = row.get("other_side") or "other"
+    figures = {"mag_signed_mean_ulp": row.get("mag_signed_mean_ulp"), "signed_mean_ulp": row.get("signed_mean_ulp"),
+               "share_smaller_magnitude": row.get("share_smaller_magnitude")}
+    means = (f"magnitude-signed mean {_fmt(figures['mag_signed_mean_ulp'])} ULP, value-signed mean "
+             f"{_fmt(figures['signed_mean_ulp'])} ULP, share |{other}| < |reference| "
+             f"{_fmt(figures['share_smaller_magnitude'])} ({row.get('signed_count', 0)} significant differing elements)")
+    if sm + lg >= n_min and abs(sm - lg) / (sm + lg) >= frac:
+        kind = "toward_zero" if sm > lg else "away_from_zero"
+        where = "smaller" if sm > lg else "larger"
+        return {"kind": kind, **figures,
+                "text": f"systematic bias, biased rounding ({kind.replace('_', ' ')}): accumulates with depth — {max(sm, lg)} of "
+                        f"{sm + lg} significant differing elements are {where} in magnitude on the {other} side; {means}"}
+    if pos + neg >= n_min and abs(pos - neg) / (pos + neg) >= frac:
+        kind = "value_up" if pos > neg else "value_down"
+        return {"kind": kind, **figures,
+                "text": f"systematic bias, biased rounding (values lean one way): accumulates with depth — {pos} elements up vs "
+                        f"{neg} down; {means}"}
+    return None
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:+.3g}" if isinstance(x, float) and x < 0 else f"{x:.3g}"
+
+
+def _localisation(row: dict) -> List[str]:
+    """Evidence lines naming the rows / columns above the rounding bound when they are a strict subset."""
+    out = []
+    for key, total in (("rows", row.get("rows_total")), ("cols", row.get("cols_total"))):
+        n = row.get(f"logic_{key}_count") or 0
+        if n and total and n < total:
+            names = row.get(f"logic_{key}") or []
+            more = "…" if n > len(names) else ""
+            what = "rows (dim 0, tokens)" if key == "rows" else "columns (last dim, channels)"
+            out.append(f"error above the rounding bound confined to {n} of {total} {what}: "
+                       f"{names}{more}")
+    return out
 
 
 def first_divergence(rows: List[dict]) -> dict:
@@ -153,7 +208,10 @@ def find_points(rows: List[dict], cfg: dict, round_no: int, isolated: Sequence[s
                         "train_source": r.get("train_source"), "infer_source": r.get("infer_source"),
                         "class": r.get("class"), "evidence": r.get("class_evidence", []),
                         "status": r["status"], "max_abs_diff": r.get("max_abs_diff"),
-                        "tensor_ulp": r.get("tensor_ulp"), "pattern": r.get("pattern")})
+                        "tensor_ulp": r.get("tensor_ulp"), "pattern": r.get("pattern"),
+                        "systematic_bias": r.get("systematic_bias"), "bias": r.get("bias"),
+                        "logic_rows": r.get("logic_rows"), "logic_cols": r.get("logic_cols"),
+                        "cosine": r.get("cosine"), "op": r.get("op")})
             continue
         tu = r.get("tensor_ulp") or 0.0
         worst = max([(by.get(n) or {}).get("tensor_ulp") or 0.0 for n in r.get("inputs") or []] or [0.0])

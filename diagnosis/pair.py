@@ -112,7 +112,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
         sources/transforms/shapes/dtypes, and the :func:`tilake.diagnosis.numerics.compare` figures.
     """
     row: Dict[str, Any] = {"round": round_no, "boundary": b.name, "position": b.position, "layer": b.layer,
-                           "op": b.op, "inputs": list(b.inputs), "notes": []}
+                           "op": b.op, "inputs": list(b.inputs), "notes": [], "other_side": pair.other}
     ctx = {s: dict(pair.pairing) for s in SIDES}
     try:
         res = {s: S.resolve(pair.views[s], b.spec[s], s) for s in SIDES}
@@ -163,7 +163,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
                               "after the map's transforms")
         return row
     try:
-        r = compare(a, o)
+        r = compare(a, o, bound=float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4)))
     except Exception as exc:  # a tensor kind we cannot compare: never crash the whole analysis
         row.update(status="evidence_missing", reason=f"comparison failed: {type(exc).__name__}: {exc}")
         return row

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from tilake.diagnosis.numerics import pearson
+from tilake.diagnosis.localise import pearson
 from tilake.diagnosis.selectors import Resolved, SideView, Unavailable, eval_expr, resolve
 
 

@@ -11,13 +11,15 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
     """Set ``verdict``, ``consistency``, ``verdict_reason`` and ``logprob`` on ``an`` (in place).
 
     Never "exact" or "rounding only" while a boundary is uncompared or undetermined: those read
-    ``evidence_missing`` with the reason.
+    ``evidence_missing`` with the reason. Rounding-level differences with an open systematic bias
+    read ``rounding_biased``, never "agree up to floating-point rounding".
     """
     compared = [r for r in an.boundary_rows if r["status"] not in NOT_COMPARED + ("ISOLATED", "not_compared")]
     last = an.rounds[-1] if an.rounds else {}
     logic = [p for p in an.points if p.get("class") == "logic-level"]
     non_exact = [r for r in compared if r["status"] != "EXACT"]
     missing = [r for r in an.boundary_rows if r["status"] in NOT_COMPARED]
+    biased = [r for r in non_exact if r.get("systematic_bias")]
     if not compared and missing:
         an.verdict, an.consistency = "evidence_missing", "unknown"
         an.verdict_reason = (f"no boundary could be compared ({len(missing)} evidence_missing/MISSING); "
@@ -46,6 +48,12 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
             an.verdict, an.consistency = "nonzero", "unknown"
             an.verdict_reason = ("rounding-level first divergence but downstream suspects remain "
                                  f"({', '.join(s['boundary'] for s in sus[:3])}); apply the stub instruction")
+        elif biased:
+            an.verdict, an.consistency = "nonzero", "rounding_biased"
+            an.verdict_reason = (f"rounding-level differences with a systematic bias at {len(biased)} boundar"
+                                 f"{'y' if len(biased) == 1 else 'ies'} (first: {biased[0]['boundary']}, "
+                                 f"{(biased[0].get('bias') or {}).get('kind', 'bias')}): biased rounding accumulates "
+                                 "with depth, so the sides do not merely differ by rounding noise")
         else:
             an.verdict, an.consistency = "nonzero", "rounding_only"
             an.verdict_reason = ("only rounding-level differences: train and inference agree up to "
