@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from tilake.diagnosis import selectors as S
 from tilake.diagnosis.numerics import compare
+from tilake.diagnosis.order import order_boundaries
 from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import DumpSide
@@ -46,10 +47,11 @@ class Pair:
         self.n_layers = max(counts.values())
         self.dims, dim_notes = S.resolve_dims(bmap, self.views)
         self.notes.extend(dim_notes)
-        self.boundaries = expand(bmap, self.n_layers)
-        self.weights = expand(bmap, self.n_layers, "weights")
         self.ref = bmap.get("reference_side", "train")
         self.other = "infer" if self.ref == "train" else "train"
+        self.boundaries, order_notes = order_boundaries(expand(bmap, self.n_layers), self.views, self.ref)
+        self.notes.extend(order_notes)
+        self.weights = expand(bmap, self.n_layers, "weights")
         for s in SIDES:
             self.notes.extend(f"{s}: {w}" for w in self.dumps[s].warnings)
 
