@@ -2,7 +2,7 @@
 fused kernels, randomness — each excluded, confirmed or evidence_missing, with its evidence."""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from tilake.diagnosis.divergence import NOT_COMPARED
 from tilake.diagnosis.pair import Pair
@@ -19,8 +19,13 @@ def _scalar_kwargs(dump: DumpSide, entry: str) -> Dict[str, Any]:
     return out
 
 
-def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task_card: dict) -> List[dict]:
-    """Hypothesis exclusion, each with status (excluded | confirmed | evidence_missing) and evidence."""
+def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task_card: dict,
+               token_ids: Optional[dict] = None) -> List[dict]:
+    """Hypothesis exclusion, each with status (excluded | confirmed | evidence_missing) and evidence.
+
+    ``token_ids``: :func:`tilake.diagnosis.token_ids.compare_token_ids` of the pair (differing ids
+    confirm "inputs not aligned" whatever the embedding shows).
+    """
     out = []
     # weights
     cmp = [w for w in weights if w["status"] not in NOT_COMPARED]
@@ -41,7 +46,11 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
     # inputs / padding
     emb = next((r for r in rows if r["boundary"] == (pair.bmap.get("layer_input") or {}).get("first")), None)
     pad_notes = sorted({n for r in rows for n in r.get("notes", []) if "unpad" in n or "unified" in n})
-    if emb and emb["status"] == "EXACT":
+    tid = token_ids or {}
+    if tid.get("status") == "differ":
+        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": "confirmed",
+                    "evidence": [tid["text"]]})
+    elif emb and emb["status"] == "EXACT":
         ev = [f"first boundary {emb['boundary']} is bitwise EXACT (same token ids reach both models)"]
         ev += pad_notes[:3] or ["no padding removal was needed (no padded tensors)"]
         out.append({"hypothesis": "inputs not aligned / padding not removed", "status": "excluded", "evidence": ev})

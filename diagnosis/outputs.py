@@ -125,6 +125,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                     "weights_compared": sum(1 for w in an.weight_rows if w["status"] not in ("evidence_missing", "MISSING")),
                     "weights_exact": sum(1 for w in an.weight_rows if w["status"] == "EXACT"),
                     "rounds": len(an.rounds)},
+        "token_ids": an.token_ids,
         "first_divergence": r0.get("first_divergence"),
         "amplification_chain": r0.get("amplification_chain", []),
         "points": an.points,

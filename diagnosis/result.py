@@ -34,3 +34,5 @@ class Analysis:
     dims: Dict[str, int] = field(default_factory=dict)
     layout_scans: List[dict] = field(default_factory=list)
     logprob: Dict[str, Any] = field(default_factory=dict)
+    # token ids of both sides compared first (tilake.diagnosis.token_ids.compare_token_ids)
+    token_ids: Dict[str, Any] = field(default_factory=dict)

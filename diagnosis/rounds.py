@@ -11,6 +11,7 @@ from tilake.diagnosis.hypotheses import hypotheses
 from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights
 from tilake.diagnosis.result import Analysis
 from tilake.diagnosis.stubs import stub_instruction, verify_stub
+from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
 from tilake.diagnosis.verdict import verdict
 from tilake.models.boundary_maps import SIDES
 
@@ -27,6 +28,8 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         3. Round 0 also compares the map's weights and runs the hypothesis exclusion.
         4. A stub is needed when the first divergence exists and a logic-level point or a suspect
            remains; the next round's dumps must show the stub took effect, else the rounds stop.
+        5. Token ids are compared first (:mod:`tilake.diagnosis.token_ids`): when they differ the
+           embedding is fed them as a differing input, and no stub round is offered.
     """
     cfg = bmap.get("classification") or {}
     an = Analysis(map_name=Path(bmap.get("_path", "map")).stem, reference_side=bmap.get("reference_side", "train"))
@@ -77,6 +80,9 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
                              else "compared in an earlier round (upstream of the stub)"})
         rows.sort(key=lambda r: r["position"])
         by = {r["boundary"]: r for r in rows}
+        if k == 0:
+            an.token_ids = compare_token_ids(pair)
+        feed_embedding(rows, by, an.token_ids)
         for r in rows:
             if r["status"] in ("ISOLATED", "not_compared"):
                 continue
@@ -87,6 +93,9 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         fd = first_divergence(cmp_rows)
         chain = amplification_chain(cmp_rows, fd.get("boundary"))
         pts, sus = find_points(cmp_rows, cfg, k, isolated)
+        fed_apart = an.token_ids.get("status") == "differ"
+        if fed_apart:  # differing inputs explain every jump: no suspects
+            sus = []
         pt_names, sus_names = {p["boundary"] for p in pts}, {x["boundary"] for x in sus}
         for r in cmp_rows:
             if r["status"] in ("EXACT",) + NOT_COMPARED or r["status"] == "SHAPE_DIFF":
@@ -100,14 +109,16 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
                      counts=_counts(cmp_rows))
         if k == 0:
             an.weight_rows = compare_weights(pair)
-            an.hypotheses = hypotheses(pair, cmp_rows, an.weight_rows, fd, task_card or {})
+            an.hypotheses = hypotheses(pair, cmp_rows, an.weight_rows, fd, task_card or {}, an.token_ids)
         an.boundary_rows.extend(rows)
         all_pts.extend(pts)
         # decide the next round
         logic = [p for p in pts if p.get("class") == "logic-level"]
         missing = [r for r in cmp_rows if r["status"] in NOT_COMPARED]
-        need = bool(fd.get("boundary")) and (bool(logic) or bool(sus))
-        if fd["status"] == "none":
+        need = bool(fd.get("boundary")) and (bool(logic) or bool(sus)) and not fed_apart
+        if fed_apart:
+            rinfo["outcome"] = "token_ids_differ"
+        elif fd["status"] == "none":
             rinfo["outcome"] = "downstream_all_exact" if k else "all_exact"
         elif fd["status"] == "undetermined":
             rinfo["outcome"] = "evidence_missing"

@@ -27,6 +27,10 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
     elif not compared:
         an.verdict, an.consistency = "not_run", "unknown"
         an.verdict_reason = "no boundary was analysed"
+    elif an.token_ids.get("status") == "differ":
+        an.verdict, an.consistency = "nonzero", "inputs_differ"
+        an.verdict_reason = (an.token_ids["text"] + "; every difference downstream follows from the inputs "
+                             "(no stub round: align the inputs and dump again)")
     elif any(r.get("first_divergence", {}).get("status") == "undetermined" for r in an.rounds) and not logic:
         an.verdict, an.consistency = "evidence_missing", "unknown"
         an.verdict_reason = next(r["first_divergence"]["reason"] for r in an.rounds

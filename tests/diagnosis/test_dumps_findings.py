@@ -111,3 +111,40 @@ def test_stale_weight_row_shows_as_one_output_column():
     assert r["logic_cols"] == [7] and r["logic_cols_count"] == 1
     assert r["pattern"] == "whole_columns"
     assert 0.9 < r["cosine"] < 1.0
+
+
+def _embed_pair(tmp: Path, ids_train: torch.Tensor, ids_infer: torch.Tensor):
+    g = torch.Generator().manual_seed(9)
+    table = torch.randn(32, 16, generator=g).to(torch.bfloat16)
+    h = lambda ids: (table[ids] * 2).to(torch.bfloat16)  # noqa: E731
+    ents = lambda ids, pre: [("Module.m.E.Emb.forward.0", None, {"input": [pre(ids)], "output": [table[ids]]}),  # noqa: E731
+                             ("Module.m.H.Lin.forward.0", None, {"output": [h(ids)]})]
+    tr = write_dump(tmp / "train", ents(ids_train, lambda t: t[None]))     # HF: [1, S]
+    inf = write_dump(tmp / "infer", ents(ids_infer, lambda t: t))          # vLLM: [S]
+    bs = [{"name": "embed", "op": "embedding", "inputs": [], "train": {"module": "m.E.Emb"}, "infer": {"module": "m.E.Emb"},
+           "stub": {"infer": {"module": "m.H.Lin", "inputs": {"0": {"module": "m.E.Emb"}}}}},
+          {"name": "h", "op": "matmul", "inputs": ["embed"], "train": {"module": "m.H.Lin"}, "infer": {"module": "m.H.Lin"}}]
+    bmap = M.load_map(str(write_map(tmp / "emb.yaml", bs, layer_input={"first": "embed"})))
+    return A.analyze_pair([A.RoundInput(tr, inf)], bmap)
+
+
+def test_token_ids_shifted_by_one_are_the_first_finding(tmp_path):
+    ids = torch.randint(0, 32, (9,), generator=torch.Generator().manual_seed(10))
+    an = _embed_pair(tmp_path, ids[:8], ids[1:])
+    assert an.token_ids["status"] == "differ" and an.token_ids["differing"] == 8 and an.token_ids["positions"] == 8
+    assert an.token_ids["shift"] == 1
+    assert an.verdict_reason.startswith("token ids differ at 8/8 positions")
+    assert an.consistency == "inputs_differ" and an.rounds[0]["outcome"] == "token_ids_differ"
+    assert an.stub_instruction["needed"] is False and an.points == []
+    emb = next(r for r in an.boundary_rows if r["boundary"] == "embed")
+    assert emb["inputs_equal"] is False and emb["role"] == "propagated"
+    hyp = {h["hypothesis"]: h for h in an.hypotheses}["inputs not aligned / padding not removed"]
+    assert hyp["status"] == "confirmed" and hyp["evidence"][0].startswith("token ids differ at 8/8")
+    assert O.report_source(an, {})["token_ids"]["differing"] == 8
+
+
+def test_equal_token_ids_are_recorded(tmp_path):
+    ids = torch.randint(0, 32, (8,), generator=torch.Generator().manual_seed(11))
+    an = _embed_pair(tmp_path, ids, ids.clone())
+    assert an.token_ids["status"] == "equal" and an.token_ids["positions"] == 8
+    assert an.verdict == "exact"
