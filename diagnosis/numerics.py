@@ -21,6 +21,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from tilake.diagnosis.localise import _flat, _Signed, _profile, cosine, diff_pattern, localise, pearson  # noqa: F401
+
 CHUNK = 1 << 20  # elements per streamed chunk (1 Mi elements: 8 MiB as float64)
 
 # dtype -> (storage bits, mantissa bits, min normal exponent)
@@ -104,14 +106,6 @@ def _arith(c: torch.Tensor) -> torch.Tensor:
     return c.float() if c.dtype.itemsize == 1 and c.is_floating_point() else c
 
 
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().reshape(-1)
-    if t.numel() and t.stride(0) != 1:
-        # a 1-element view can keep an odd stride through clone()/contiguous(): copy explicitly
-        t = torch.empty(t.shape, dtype=t.dtype).copy_(t)
-    return t
-
-
 def ordered_bits(x: torch.Tensor) -> torch.Tensor:
     """Map float values to integer keys ordered like the values (sign-magnitude → two's complement).
 
@@ -193,7 +187,8 @@ def tensor_stats(t: torch.Tensor) -> Dict[str, Any]:
     }
 
 
-def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float = 1.0 / 64) -> Dict[str, Any]:
+def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float = 1.0 / 64,
+            bound: float = 4.0) -> Dict[str, Any]:
     """Exact gate + ULP quantification of two same-shape tensors (``ref`` = reference side).
 
     The gate: same shape, same dtype, finite, bitwise-equal values (``torch.equal`` semantics:
@@ -202,14 +197,24 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     Args:
         ref, other: tensors after the boundary transforms (shapes must already match).
         significant_fraction: elements with ``|ref| >= absmax(ref) * fraction`` are "significant"
-            for the elementwise max-ULP figure (tiny values have tiny ULPs).
+            for the elementwise max-ULP figure and the signed means (tiny values have tiny ULPs, and a
+            sign flip near zero is ~30 000 ULP apart).
+        bound: the rounding bound in tensor-scale ULP; rows / columns above it are named.
     Returns:
         dict: status (EXACT | NOT_EXACT | DTYPE_DIFF | NONFINITE), equal (bool), numel,
         mismatch_count, mismatch_fraction, max_abs_diff, ref_absmax, tensor_ulp (max|Δ| /
         ULP(absmax ref), in the native dtype), max_elem_ulp, max_elem_ulp_significant,
-        signed_mean_ulp, pos_count, neg_count, ulp_hist {bin label: count}, rows/cols differing
-        (counts), row_indices_differing (positions, dim 0), pattern, nonfinite (both-side equal
-        count, one-sided count). Non-finite values never enter the float statistics.
+        signed_mean_ulp (mean of ``ord(other) − ord(ref)``) and mag_signed_mean_ulp (mean of
+        ``|ord(other)| − |ord(ref)|``: negative = other smaller in magnitude), both over the
+        ``signed_count`` significant differing elements (``signed_filter`` says so),
+        smaller/larger_magnitude_count and share_smaller_magnitude over the same elements,
+        pos_count / neg_count (value sign, every differing element), ulp_hist {bin label: count},
+        rows/cols differing (counts), row_indices_differing (positions, dim 0), row_tensor_ulp
+        (per-row max|Δ| in ULP of absmax(ref); rows ≤ 4096, else None), logic_rows / logic_cols
+        (rows of dim 0 / columns of the last dim whose max|Δ| exceeds ``bound`` tensor-scale ULP;
+        at most 64 listed, counts in logic_rows_count / logic_cols_count), cosine (float64, over
+        finite elements), pattern, nonfinite (both-side equal count, one-sided count).
+        Non-finite values never enter the float statistics.
     Raises:
         ValueError: shapes differ (callers record SHAPE_DIFF before calling).
     """
@@ -231,6 +236,7 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     step = (CHUNK // per_row) * per_row if aligned else CHUNK
     # pass 1: absmax of the reference over finite values (native dtype; NaN propagates → masked path)
     absmax = 0.0
+    sq_ref = 0.0
     for s in range(0, n, step):
         c = a[s:s + step]
         if c.is_complex():
@@ -242,14 +248,22 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
             d = _f64(c)
             d = d[torch.isfinite(d)].abs()
             m = float(d.max()) if d.numel() else 0.0
+            sq_ref += float(torch.dot(d, d))
+        elif c.is_floating_point() and c.numel():
+            f = c.float()
+            sq_ref += float(torch.dot(f, f))
         absmax = max(absmax, m)
     thresh = absmax * significant_fraction
     mism = 0
     max_abs = 0.0
     one_sided_nf = both_nf = 0
     max_ulp = max_ulp_sig = 0
-    ulp_sum = 0
+    acc = _Signed()
     pos = neg = 0
+    # per-row / per-column max|Δ| (float64), and the cosine's corrections over differing elements
+    row_max = torch.zeros(max(nrows, 1), dtype=torch.float64)
+    col_max = torch.zeros(max(ncols, 1) if ref.dim() >= 2 else 1, dtype=torch.float64)
+    dot_corr = sq_corr = 0.0
     hist = torch.zeros(len(ULP_BINS), dtype=torch.int64)
     rows = torch.zeros(max(nrows, 1), dtype=torch.int64)
     cols = torch.zeros(max(ncols, 1), dtype=torch.int64)
@@ -259,7 +273,8 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
         finite = floaty and all(math.isfinite(float(f(x))) for x in (fa_, fb_) for f in (torch.min, torch.max))
         if finite:
             # fast path: everything from the integer keys; float64 only for the differing elements
-            u = ordered_bits(cb) - ordered_bits(ca)
+            oa = ordered_bits(ca)
+            u = ordered_bits(cb) - oa
             neq = u != 0
             k = int(neq.sum())
             if k == 0:
@@ -270,15 +285,21 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
             sig = fa_.abs() >= thresh
             if bool(sig.any()):
                 max_ulp_sig = max(max_ulp_sig, int(torch.where(sig, au, torch.zeros_like(au)).max()))
-            del au, sig
+            del au
             un = u[neq]
-            ulp_sum += int(un.sum())
+            acc.add(un, oa[neq], sig[neq])
             p_ = int((un > 0).sum())
             pos += p_
             neg += k - p_
             hist += _hist(un)
-            del un, u
-            max_abs = max(max_abs, float((_f64(cb[neq]) - _f64(ca[neq])).abs().max()))
+            del un, u, sig, oa
+            xa, xb = _f64(ca[neq]), _f64(cb[neq])
+            dabs = (xb - xa).abs()
+            max_abs = max(max_abs, float(dabs.max()))
+            dot_corr += float(torch.dot(xa, xb - xa))
+            sq_corr += float(torch.dot(xb, xb) - torch.dot(xa, xa))
+            _profile(row_max, col_max, torch.nonzero(neq).reshape(-1) + s, dabs, per_row, ncols)
+            del xa, xb, dabs
         else:
             if ca.is_complex() or cb.is_complex():
                 da, db = torch.view_as_real(ca).to(torch.float64), torch.view_as_real(cb).to(torch.float64)
@@ -298,16 +319,22 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
             mism += k
             diff = torch.where(both_fin, (db - da).abs(), torch.zeros_like(da))
             max_abs = max(max_abs, float(diff.max()))
+            fin_neq = neq & both_fin
+            _profile(row_max, col_max, torch.nonzero(fin_neq).reshape(-1) + s, diff[fin_neq], per_row, ncols)
+            xa, xb = da[fin_neq], db[fin_neq]
+            dot_corr += float(torch.dot(xa, xb - xa))
+            sq_corr += float(torch.dot(xb, xb) - torch.dot(xa, xa))
             if floaty:
-                u = ordered_bits(cb) - ordered_bits(ca)
+                oa = ordered_bits(ca)
+                u = ordered_bits(cb) - oa
                 u = torch.where(both_fin, u, torch.zeros_like(u))
                 au = u.abs()
                 max_ulp = max(max_ulp, int(au.max()))
                 sig = both_fin & (da.abs() >= thresh)
                 if bool(sig.any()):
                     max_ulp_sig = max(max_ulp_sig, int(au[sig].max()))
-                un = u[neq & both_fin]
-                ulp_sum += int(un.sum())
+                un = u[fin_neq]
+                acc.add(un, oa[fin_neq], sig[fin_neq])
                 pos += int((un > 0).sum())
                 neg += int((un < 0).sum())
                 hist += _hist(un)
@@ -331,7 +358,9 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
         status = "NOT_EXACT"
     rows_diff = int((rows > 0).sum())
     cols_diff = int((cols > 0).sum())
-    tensor_ulp = (max_abs / ulp_of(absmax, ref.dtype)) if (floaty and mism) else (0.0 if mism == 0 else None)
+    unit = ulp_of(absmax, ref.dtype) if floaty else None
+    tensor_ulp = (max_abs / unit) if (floaty and mism) else (0.0 if mism == 0 else None)
+    loc = localise(row_max, col_max, unit, bound)
     return {
         "status": status, "equal": mism == 0 and same_dtype, "numel": n,
         "mismatch_count": mism, "mismatch_fraction": (mism / n) if n else 0.0,
@@ -339,12 +368,13 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
         "tensor_ulp": tensor_ulp,
         "max_elem_ulp": max_ulp if floaty else None,
         "max_elem_ulp_significant": max_ulp_sig if floaty else None,
-        "signed_mean_ulp": (ulp_sum / mism) if (floaty and mism) else (0.0 if floaty else None),
+        **(acc.result() if floaty else _Signed.empty(None)),
         "pos_count": pos, "neg_count": neg,
         "ulp_hist": {lab: int(c) for (lab, _l, _h), c in zip(ULP_BINS, hist.tolist())} if floaty else {},
         "rows_total": nrows, "cols_total": ncols,
         "rows_differing": rows_diff, "cols_differing": cols_diff,
         "row_indices_differing": torch.nonzero(rows > 0).reshape(-1).tolist() if nrows <= 4096 else None,
+        **loc, "cosine": None if a.is_complex() else cosine(sq_ref, dot_corr, sq_corr),
         "pattern": diff_pattern(mism, n, rows, cols, per_row, nrows),
         "nonfinite_both": both_nf, "nonfinite_one_sided": one_sided_nf,
     }
@@ -380,52 +410,11 @@ def _exact_result(a: torch.Tensor, ref: torch.Tensor, floaty: bool) -> Dict[str,
         "status": "EXACT", "equal": True, "numel": n, "mismatch_count": 0, "mismatch_fraction": 0.0,
         "max_abs_diff": 0.0, "ref_absmax": absmax, "tensor_ulp": 0.0,
         "max_elem_ulp": 0 if floaty else None, "max_elem_ulp_significant": 0 if floaty else None,
-        "signed_mean_ulp": 0.0 if floaty else None, "pos_count": 0, "neg_count": 0,
+        **_Signed.empty(0.0 if floaty else None), "pos_count": 0, "neg_count": 0,
         "ulp_hist": ({lab: (n if lab == "0" else 0) for lab, _l, _h in ULP_BINS} if floaty else {}),
         "rows_total": nrows, "cols_total": ncols, "rows_differing": 0, "cols_differing": 0,
         "row_indices_differing": [] if nrows <= 4096 else None, "pattern": "none",
+        "row_tensor_ulp": [0.0] * nrows if nrows <= 4096 else None, "logic_rows": [], "logic_rows_count": 0,
+        "logic_cols": [], "logic_cols_count": 0, "cosine": 1.0 if n and absmax > 0 else None,
         "nonfinite_both": nf, "nonfinite_one_sided": 0,
     }
-
-
-def diff_pattern(mism: int, n: int, rows: torch.Tensor, cols: torch.Tensor, per_row: int, nrows: int) -> str:
-    """Shape of the differing elements.
-
-    Returns one of ``none``, ``whole_rows`` (every element of some — not all — rows differs: a
-    position-specific fault), ``whole_columns`` (every row differs at some — not all — columns: a
-    channel-specific fault such as one corrupted weight row), ``dense`` (≥ 50 % of elements),
-    ``sparse`` (< 1‰), ``scattered`` otherwise.
-    """
-    if mism == 0:
-        return "none"
-    frac = mism / n if n else 0.0
-    full_rows = int((rows >= per_row).sum())
-    rows_hit = int((rows > 0).sum())
-    if nrows > 1 and full_rows == rows_hit and 0 < rows_hit < nrows:
-        return "whole_rows"
-    if nrows > 1 and cols.numel() > 1:
-        cols_hit = int((cols > 0).sum())
-        full_cols = int((cols >= nrows).sum())
-        if full_cols == cols_hit and 0 < cols_hit < cols.numel():
-            return "whole_columns"
-    if frac >= 0.5:
-        return "dense"
-    if frac < 1e-3:
-        return "sparse"
-    return "scattered"
-
-
-def pearson(x: torch.Tensor, y: torch.Tensor) -> Optional[float]:
-    """Pearson correlation of two equal-size tensors in float64 (None when undefined)."""
-    if x.numel() != y.numel() or x.numel() < 2:
-        return None
-    a = _flat(x).to(torch.float64)
-    b = _flat(y).to(torch.float64)
-    m = torch.isfinite(a) & torch.isfinite(b)
-    a, b = a[m], b[m]
-    if a.numel() < 2:
-        return None
-    a = a - a.mean()
-    b = b - b.mean()
-    den = float(a.norm() * b.norm())
-    return float((a * b).sum()) / den if den > 0 else None

@@ -91,7 +91,10 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                  "train_dtype", "mismatch_count", "mismatch_fraction", "max_abs_diff", "tensor_ulp",
                  "max_elem_ulp_significant", "signed_mean_ulp", "pos_count", "neg_count", "ulp_hist",
                  "rows_differing", "rows_total", "pattern", "class", "role", "class_evidence", "inputs_equal",
-                 "systematic_bias", "train_source", "infer_source", "train_transforms", "infer_transforms")
+                 "systematic_bias", "train_source", "infer_source", "train_transforms", "infer_transforms",
+                 "mag_signed_mean_ulp", "share_smaller_magnitude", "signed_count", "signed_filter", "bias",
+                 "cols_differing", "cols_total", "logic_rows", "logic_rows_count", "logic_cols", "logic_cols_count",
+                 "row_tensor_ulp", "cosine", "risk")
     rounding = [p for p in an.points if p.get("class") == "rounding-level"]
     logic = [p for p in an.points if p.get("class") == "logic-level"]
     missing = [{"round": r["round"], "boundary": r["boundary"], "status": r["status"], "reason": r.get("reason")}
@@ -122,6 +125,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                     "weights_compared": sum(1 for w in an.weight_rows if w["status"] not in ("evidence_missing", "MISSING")),
                     "weights_exact": sum(1 for w in an.weight_rows if w["status"] == "EXACT"),
                     "rounds": len(an.rounds)},
+        "token_ids": an.token_ids,
         "first_divergence": r0.get("first_divergence"),
         "amplification_chain": r0.get("amplification_chain", []),
         "points": an.points,

@@ -211,3 +211,21 @@ def test_megatron_style_training_side(base, tmp_path):
     assert an.rounds[0]["first_divergence"]["boundary"] == "L1.gate_up.out"
     assert [(p["boundary"], p["class"]) for p in an.points] == [("L1.gate_up.out", "logic-level")]
     assert [x["boundary"] for x in an.weight_rows if x["status"] != "EXACT"] == ["L1.gate_up.weight"]
+
+
+def test_map_listed_out_of_order_keeps_the_first_divergence(base, tmp_path):
+    """Execution order is the law: a map that lists ``L{i}.layer.out`` right after the input norm must not
+    make it the first divergence (it runs after attention; construct.json says so)."""
+    cfg, w, root = base
+    G.dump_infer(cfg, root / "oo_r0", "attn_scale", w=w)
+    bmap = M.load_map("qwen3_hf_vllm")
+    bs = bmap["boundaries"]
+    lo = next(b for b in bs if b["name"] == "L{i}.layer.out")
+    bs.remove(lo)
+    bs.insert(next(i for i, b in enumerate(bs) if b["name"] == "L{i}.input_layernorm.out") + 1, lo)
+    an = A.analyze_pair([A.RoundInput(root / "train", root / "oo_r0")], bmap)
+    fd = an.rounds[0]["first_divergence"]
+    assert fd["boundary"] == "L0.attn_core.out" and fd["reason"] == "every earlier boundary is EXACT"
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert rows["L0.layer.out"]["position"] > rows["L0.down_proj.out"]["position"] > rows["L0.attn_core.out"]["position"]
+    assert any("execution order" in n and "L0.down_proj.out runs before L0.layer.out" in n for n in an.notes)

@@ -19,8 +19,9 @@ DUMPS = SHARED / "fixtures" / "dumps"
 pytestmark = pytest.mark.skipif(not (DUMPS / "pairA").is_dir(),
                                 reason="shared/fixtures/dumps/pairA not present beside the clone")
 
-UP_TO_ROPE = ["embed", "L0.input_layernorm.out", "L0.q_proj.out", "L0.k_proj.out", "L0.v_proj.out",
-              "L0.q_norm.out", "L0.k_norm.out", "L0.q_after_rope", "L0.k_after_rope"]
+# in the training side's execution order (HF Qwen3: q_norm(q_proj(x)) runs before k_proj)
+UP_TO_ROPE = ["embed", "L0.input_layernorm.out", "L0.q_proj.out", "L0.q_norm.out", "L0.k_proj.out",
+              "L0.k_norm.out", "L0.v_proj.out", "L0.q_after_rope", "L0.k_after_rope"]
 
 
 @pytest.fixture(scope="module", params=["pairA", "pairE"])

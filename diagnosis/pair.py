@@ -1,0 +1,192 @@
+"""Two dump sides seen through one boundary map, and the comparison of one boundary on them.
+
+Memory: each side's tensor is loaded (memory-mapped), transformed, compared in streamed chunks and
+released before the next boundary, so the peak is bounded by the largest tensor pair (plus any copy a
+transform needs).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from tilake.diagnosis import selectors as S
+from tilake.diagnosis.numerics import compare
+from tilake.diagnosis.order import order_boundaries
+from tilake.diagnosis.transforms import materialise
+from tilake.errors import TilakeError
+from tilake.ingest.msprobe.reader import DumpSide
+from tilake.models.boundary_maps import SIDES, Boundary, expand
+
+
+class Pair:
+    """Two dump sides seen through one boundary map.
+
+    Args:
+        train, infer: dump paths (root, step or rank folder).
+        bmap: a loaded boundary map (:func:`tilake.diagnosis.maps.load_map`).
+        pairing: optional ``{"request_index": int, "cu_seqlens": [..]}`` for row selection/unpadding.
+    Raises:
+        TilakeError: unreadable dumps, a side with 0 entries, ambiguous proc folders.
+    """
+
+    def __init__(self, train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = None) -> None:
+        self.dumps = {"train": DumpSide(Path(train), "train"), "infer": DumpSide(Path(infer), "infer")}
+        self.bmap = bmap
+        sides = bmap.get("sides") or {}
+        self.views = {s: S.SideView(self.dumps[s], (sides.get(s) or {}).get("strip_segments") or [])
+                      for s in SIDES}
+        self.pairing = dict(pairing or {})
+        self.notes: List[str] = []
+        pat = (bmap.get("layers") or {}).get("pattern")
+        pats = pat if isinstance(pat, dict) else {s: pat for s in SIDES}
+        counts = {s: self.views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES}
+        self.layer_counts = counts
+        if counts["train"] != counts["infer"]:
+            self.notes.append(f"layer count differs: train {counts['train']}, infer {counts['infer']}; "
+                              "boundaries of the missing layers are evidence_missing")
+        self.n_layers = max(counts.values())
+        self.dims, dim_notes = S.resolve_dims(bmap, self.views)
+        self.notes.extend(dim_notes)
+        self.ref = bmap.get("reference_side", "train")
+        self.other = "infer" if self.ref == "train" else "train"
+        self.boundaries, order_notes = order_boundaries(expand(bmap, self.n_layers), self.views, self.ref)
+        self.notes.extend(order_notes)
+        self.weights = expand(bmap, self.n_layers, "weights")
+        for s in SIDES:
+            self.notes.extend(f"{s}: {w}" for w in self.dumps[s].warnings)
+
+
+def _unify(a, b, notes: List[str]):
+    """Drop size-1 dims when that is all that separates two shapes (``[1,8,64]`` vs ``[8,64]``)."""
+    if tuple(a.shape) == tuple(b.shape):
+        return a, b
+    sa = [d for d in a.shape if d != 1]
+    sb = [d for d in b.shape if d != 1]
+    if sa == sb and a.dim() > 0 and b.dim() > 0:
+        notes.append(f"shapes unified by dropping size-1 dims: {list(a.shape)} vs {list(b.shape)} → {sa}")
+        return a.reshape(sa), b.reshape(sb)
+    return a, b
+
+
+def _select_request(tens: Dict[str, Any], pairing: dict, notes: List[str]) -> None:
+    """Cut the paired request out of a batched inference tensor when the pairing says where it is.
+
+    ``request_tokens: [a, b]`` slices rows ``a:b`` of a token-major ``[T, ...]`` inference tensor that
+    has more rows than the training one (continuous batching); ``request_index: i`` selects row ``i``
+    of a ``[B, ...]`` inference tensor whose other dims match the training tensor.
+    """
+    t, r = tens.get("infer"), tens.get("train")
+    if t is None or r is None or t.dim() == 0:
+        return
+    rs = [d for d in r.shape if d != 1] if r.dim() else []
+    rng = pairing.get("request_tokens")
+    if rng and t.dim() >= 1 and rs and t.shape[0] > rs[0]:
+        a, b = int(rng[0]), int(rng[1])
+        if b <= t.shape[0]:
+            tens["infer"] = t[a:b]
+            notes.append(f"infer: request tokens [{a}:{b}] of {list(t.shape)}")
+            return
+    idx = pairing.get("request_index")
+    if idx is not None and t.dim() >= 2 and t.shape[0] > 1 and [d for d in t.shape[1:] if d != 1] == rs:
+        tens["infer"] = t[int(idx)]
+        notes.append(f"infer: request row {idx} of batch {list(t.shape)}")
+
+
+def _padded_vs_packed(a, b) -> bool:
+    """True when one tensor looks padded ``[B>1, S, ...]`` and the other packed ``[T, ...]``/``[1, T, ...]``."""
+    def packed(t):
+        return t.reshape(-1, *t.shape[-1:]) if t.dim() >= 2 else None
+
+    for x, y in ((a, b), (b, a)):
+        if x.dim() >= 3 and x.shape[0] > 1:
+            py = packed(y.squeeze(0) if y.dim() >= 3 and y.shape[0] == 1 else y)
+            if py is not None and py.dim() == 2 and py.shape[-1] == x.shape[-1] \
+                    and py.shape[0] <= x.shape[0] * x.shape[1] and py.shape[0] != x.shape[0] * x.shape[1]:
+                return True
+    return False
+
+
+def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
+    """Run the exact gate and ULP quantification on one boundary. Never raises for bad data.
+
+    Returns:
+        a ``boundary_results`` row (dict): name, position, layer, op, status, reason, both sides'
+        sources/transforms/shapes/dtypes, and the :func:`tilake.diagnosis.numerics.compare` figures.
+    """
+    row: Dict[str, Any] = {"round": round_no, "boundary": b.name, "position": b.position, "layer": b.layer,
+                           "op": b.op, "inputs": list(b.inputs), "notes": [], "other_side": pair.other}
+    ctx = {s: dict(pair.pairing) for s in SIDES}
+    try:
+        res = {s: S.resolve(pair.views[s], b.spec[s], s) for s in SIDES}
+    except S.Unavailable as exc:
+        reason = exc.reason
+        if b.reason_missing:
+            reason = f"{reason} ({b.reason_missing})"
+        row.update(status="evidence_missing", reason=reason)
+        return row
+    for s in SIDES:
+        row[f"{s}_source"] = res[s].description
+        row[f"{s}_transforms"] = [str(t) for t in res[s].transforms]
+        row[f"{s}_exec_order"] = min(x.exec_order for x in res[s].slots)
+        row[f"{s}_files"] = [x.data_name for x in res[s].slots]
+    # materialise the side without an "auto" layout first (the other may need it for its scan)
+    order = sorted(SIDES, key=lambda s: any(("qkv_part" in t or "qkv_to_concat" in t or "gate_up_part" in t) if isinstance(t, dict) else False
+                                              for t in res[s].transforms))
+    tens: Dict[str, Any] = {}
+    try:
+        for s in order:
+            other = tens.get("infer" if s == "train" else "train")
+            t, notes = materialise(pair.views[s], res[s], pair.dims, ctx[s], other)
+            tens[s] = t
+            row["notes"].extend(f"{s}: {n}" for n in notes)
+            if ctx[s].get("_scans"):
+                row["layout_scan"] = ctx[s]["_scans"]
+    except TilakeError as exc:
+        row.update(status="MISSING", reason=str(exc))
+        return row
+    except S.Unavailable as exc:
+        row.update(status=exc.status, reason=exc.reason)
+        return row
+    _select_request(tens, pair.pairing, row["notes"])
+    a, o = tens[pair.ref], tens[pair.other]
+    for s in SIDES:
+        row[f"{s}_shape"] = list(tens[s].shape)
+        row[f"{s}_dtype"] = str(tens[s].dtype)
+    a, o = _unify(a, o, row["notes"])
+    if tuple(a.shape) != tuple(o.shape):
+        if _padded_vs_packed(a, o):
+            row.update(status="evidence_missing",
+                       reason=f"padded vs packed tensors ({list(tens['train'].shape)} vs "
+                              f"{list(tens['infer'].shape)}) and no attention mask or cu_seqlens to "
+                              "remove the padding: refusing to compare padded tensors")
+        else:
+            row.update(status="SHAPE_DIFF",
+                       reason=f"shape {list(tens['train'].shape)} (train) vs {list(tens['infer'].shape)} (infer) "
+                              "after the map's transforms")
+        return row
+    try:
+        r = compare(a, o, bound=float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4)))
+    except Exception as exc:  # a tensor kind we cannot compare: never crash the whole analysis
+        row.update(status="evidence_missing", reason=f"comparison failed: {type(exc).__name__}: {exc}")
+        return row
+    row.update(r)
+    if r["status"] == "DTYPE_DIFF":
+        row["reason"] = f"dtype {tens['train'].dtype} (train) vs {tens['infer'].dtype} (infer)"
+    elif r["status"] == "NONFINITE":
+        row["reason"] = f"{r['nonfinite_one_sided']} non-finite values on one side only"
+    else:
+        row["reason"] = None
+    del tens, a, o
+    return row
+
+
+def compare_weights(pair: Pair) -> List[dict]:
+    """Exact gate on the map's weight boundaries (hypothesis "weights not in sync")."""
+    rows = []
+    for w in pair.weights:
+        r = compare_boundary(pair, w)
+        r["kind"] = "weight"
+        for k in ("row_indices_differing",):
+            r.pop(k, None)
+        rows.append(r)
+    return rows

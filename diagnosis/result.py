@@ -1,0 +1,38 @@
+"""The result of one dump-pair analysis (:class:`Analysis`) and the dumps of one round (:class:`RoundInput`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class RoundInput:
+    """The dumps of one round (round 0 = the original pair; round k = after stub k)."""
+
+    train: Path
+    infer: Path
+
+
+@dataclass
+class Analysis:
+    """Everything one analysis found (serialised by :mod:`tilake.diagnosis.outputs`)."""
+
+    map_name: str
+    reference_side: str
+    rounds: List[dict] = field(default_factory=list)
+    boundary_rows: List[dict] = field(default_factory=list)
+    weight_rows: List[dict] = field(default_factory=list)
+    points: List[dict] = field(default_factory=list)
+    hypotheses: List[dict] = field(default_factory=list)
+    stub_instruction: Optional[dict] = None
+    verdict: str = "not_run"
+    consistency: str = "unknown"
+    verdict_reason: str = ""
+    notes: List[str] = field(default_factory=list)
+    sides: Dict[str, dict] = field(default_factory=dict)
+    dims: Dict[str, int] = field(default_factory=dict)
+    layout_scans: List[dict] = field(default_factory=list)
+    logprob: Dict[str, Any] = field(default_factory=dict)
+    # token ids of both sides compared first (tilake.diagnosis.token_ids.compare_token_ids)
+    token_ids: Dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,156 @@
+"""The round driver: round 0 on the original pair, then one round per stub, until no stub is needed
+or none can be applied; then the verdict (:mod:`tilake.diagnosis.verdict`)."""
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from tilake.diagnosis.divergence import NOT_COMPARED, amplification_chain, classify, find_points, first_divergence
+from tilake.diagnosis.hypotheses import hypotheses
+from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights
+from tilake.diagnosis.result import Analysis
+from tilake.diagnosis.stubs import stub_instruction, verify_stub
+from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
+from tilake.diagnosis.verdict import verdict
+from tilake.models.boundary_maps import SIDES
+
+
+def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[dict],
+               progress, logprob: Optional[dict]) -> Analysis:
+    """Analyse round 0 and every stub round given (arguments: :func:`tilake.diagnosis.analyze.analyze_pair`).
+
+    Notes:
+        1. Each round compares every boundary downstream of the points isolated so far (upstream
+           ones are recorded ``ISOLATED`` / ``not_compared``).
+        2. Rows are classified, then the first divergence, amplification chain, independent points
+           and suspects of the round are derived (:mod:`tilake.diagnosis.divergence`).
+        3. Round 0 also compares the map's weights and runs the hypothesis exclusion.
+        4. A stub is needed when the first divergence exists and a logic-level point or a suspect
+           remains; the next round's dumps must show the stub took effect, else the rounds stop.
+        5. Token ids are compared first (:mod:`tilake.diagnosis.token_ids`): when they differ the
+           embedding is fed them as a differing input, and no stub round is offered.
+    """
+    cfg = bmap.get("classification") or {}
+    an = Analysis(map_name=Path(bmap.get("_path", "map")).stem, reference_side=bmap.get("reference_side", "train"))
+    isolated: List[str] = []
+    instr: Optional[dict] = None
+    stop_reason = None
+    all_pts: List[dict] = []
+    for k, rin in enumerate(rounds):
+        pair = Pair(rin.train, rin.infer, bmap, pairing)
+        if k == 0:
+            an.notes.extend(pair.notes)
+            an.dims = pair.dims
+            an.sides = {s: {"path": str(pair.dumps[s].dir), "step": pair.dumps[s].step,
+                            "rank": pair.dumps[s].rank, "proc": pair.dumps[s].proc,
+                            "task": pair.dumps[s].meta.get("task"), "level": pair.dumps[s].meta.get("level"),
+                            "framework": pair.dumps[s].meta.get("framework", "unknown"),
+                            "entries": len(pair.dumps[s].entries), "tensor_slots": len(pair.dumps[s].slots),
+                            "construct_variant": pair.dumps[s].construct_variant,
+                            "stack_variant": pair.dumps[s].stack_variant,
+                            "layers": pair.layer_counts[s]} for s in SIDES}
+        rinfo: Dict[str, Any] = {"round": k, "train": str(pair.dumps["train"].dir),
+                                 "infer": str(pair.dumps["infer"].dir)}
+        start_pos = -1
+        if k > 0:
+            ver = verify_stub(pair, instr)
+            rinfo["stub_verification"] = ver
+            rinfo["isolated"] = list(isolated)
+            if not ver["effective"]:
+                rinfo["outcome"] = "stub_not_effective"
+                stop_reason = (f"round {k}: the stub did not take effect (isolated input not bitwise equal); "
+                               "downstream boundaries were not compared")
+                an.rounds.append(rinfo)
+                break
+            start_pos = max(b.position for b in pair.boundaries if b.name in isolated)
+        todo = [b for b in pair.boundaries if b.position > start_pos]
+        rows = []
+        for i, b in enumerate(todo):
+            if progress:
+                progress(f"round {k}: {b.name}", i, len(todo))
+            rows.append(compare_boundary(pair, b, k))
+            gc.collect() if (i % 64 == 63) else None
+        for b in pair.boundaries:
+            if b.position <= start_pos:
+                rows.append({"round": k, "boundary": b.name, "position": b.position, "layer": b.layer,
+                             "op": b.op, "inputs": b.inputs, "notes": [],
+                             "status": "ISOLATED" if b.name in isolated else "not_compared",
+                             "reason": "isolated by a stub in an earlier round" if b.name in isolated
+                             else "compared in an earlier round (upstream of the stub)"})
+        rows.sort(key=lambda r: r["position"])
+        by = {r["boundary"]: r for r in rows}
+        if k == 0:
+            an.token_ids = compare_token_ids(pair)
+        feed_embedding(rows, by, an.token_ids)
+        for r in rows:
+            if r["status"] in ("ISOLATED", "not_compared"):
+                continue
+            classify(r, by, cfg, isolated)
+            for sc in r.get("layout_scan") or []:
+                an.layout_scans.append({"round": k, "boundary": r["boundary"], **sc})
+        cmp_rows = [r for r in rows if r["status"] not in ("ISOLATED", "not_compared")]
+        fd = first_divergence(cmp_rows)
+        chain = amplification_chain(cmp_rows, fd.get("boundary"))
+        pts, sus = find_points(cmp_rows, cfg, k, isolated)
+        fed_apart = an.token_ids.get("status") == "differ"
+        if fed_apart:  # differing inputs explain every jump: no suspects
+            sus = []
+        pt_names, sus_names = {p["boundary"] for p in pts}, {x["boundary"] for x in sus}
+        for r in cmp_rows:
+            if r["status"] in ("EXACT",) + NOT_COMPARED or r["status"] == "SHAPE_DIFF":
+                r["role"] = None
+            else:
+                r["role"] = ("independent_point" if r["boundary"] in pt_names else
+                             "suspect" if r["boundary"] in sus_names else "propagated")
+        for p in pts:
+            p["chain"] = amplification_chain(cmp_rows, p["boundary"])[:12]
+        rinfo.update(first_divergence=fd, amplification_chain=chain, points=pts, suspects=sus,
+                     counts=_counts(cmp_rows))
+        if k == 0:
+            an.weight_rows = compare_weights(pair)
+            an.hypotheses = hypotheses(pair, cmp_rows, an.weight_rows, fd, task_card or {}, an.token_ids)
+        an.boundary_rows.extend(rows)
+        all_pts.extend(pts)
+        # decide the next round
+        logic = [p for p in pts if p.get("class") == "logic-level"]
+        missing = [r for r in cmp_rows if r["status"] in NOT_COMPARED]
+        need = bool(fd.get("boundary")) and (bool(logic) or bool(sus)) and not fed_apart
+        if fed_apart:
+            rinfo["outcome"] = "token_ids_differ"
+        elif fd["status"] == "none":
+            rinfo["outcome"] = "downstream_all_exact" if k else "all_exact"
+        elif fd["status"] == "undetermined":
+            rinfo["outcome"] = "evidence_missing"
+        elif need:
+            rinfo["outcome"] = "stub_needed"
+        else:
+            rinfo["outcome"] = "only_rounding_level"
+        if missing:
+            rinfo["evidence_missing"] = [r["boundary"] for r in missing]
+        an.rounds.append(rinfo)
+        if need:
+            instr = stub_instruction(pair, cmp_rows, pts[0] if pts else {"boundary": fd["boundary"]}, k, instr)
+            if instr.get("available"):
+                isolated.append(fd["boundary"])
+            else:
+                stop_reason = instr.get("reason")
+        else:
+            instr = None
+        if instr is None or not instr.get("available"):
+            break
+    an.points = all_pts
+    an.stub_instruction = instr if instr is not None else {
+        "needed": False, "round": len(an.rounds),
+        "reason": an.rounds[-1].get("outcome") if an.rounds else "not_run"}
+    if stop_reason:
+        an.notes.append(stop_reason)
+    verdict(an, logprob)
+    return an
+
+
+def _counts(rows: List[dict]) -> Dict[str, int]:
+    c: Dict[str, int] = {}
+    for r in rows:
+        c[r["status"]] = c.get(r["status"], 0) + 1
+    return c

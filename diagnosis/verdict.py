@@ -1,0 +1,76 @@
+"""The analysis verdict (exact / nonzero / evidence_missing / not_run) and the measured log-prob figure."""
+from __future__ import annotations
+
+from typing import Optional
+
+from tilake.diagnosis.divergence import NOT_COMPARED
+from tilake.diagnosis.result import Analysis
+
+
+def verdict(an: Analysis, logprob: Optional[dict]) -> None:
+    """Set ``verdict``, ``consistency``, ``verdict_reason`` and ``logprob`` on ``an`` (in place).
+
+    Never "exact" or "rounding only" while a boundary is uncompared or undetermined: those read
+    ``evidence_missing`` with the reason. Rounding-level differences with an open systematic bias
+    read ``rounding_biased``, never "agree up to floating-point rounding".
+    """
+    compared = [r for r in an.boundary_rows if r["status"] not in NOT_COMPARED + ("ISOLATED", "not_compared")]
+    last = an.rounds[-1] if an.rounds else {}
+    logic = [p for p in an.points if p.get("class") == "logic-level"]
+    non_exact = [r for r in compared if r["status"] != "EXACT"]
+    missing = [r for r in an.boundary_rows if r["status"] in NOT_COMPARED]
+    biased = [r for r in non_exact if r.get("systematic_bias")]
+    if not compared and missing:
+        an.verdict, an.consistency = "evidence_missing", "unknown"
+        an.verdict_reason = (f"no boundary could be compared ({len(missing)} evidence_missing/MISSING); "
+                             f"first: {missing[0]['boundary']} — {missing[0].get('reason')}")
+    elif not compared:
+        an.verdict, an.consistency = "not_run", "unknown"
+        an.verdict_reason = "no boundary was analysed"
+    elif an.token_ids.get("status") == "differ":
+        an.verdict, an.consistency = "nonzero", "inputs_differ"
+        an.verdict_reason = (an.token_ids["text"] + "; every difference downstream follows from the inputs "
+                             "(no stub round: align the inputs and dump again)")
+    elif any(r.get("first_divergence", {}).get("status") == "undetermined" for r in an.rounds) and not logic:
+        an.verdict, an.consistency = "evidence_missing", "unknown"
+        an.verdict_reason = next(r["first_divergence"]["reason"] for r in an.rounds
+                                 if r.get("first_divergence", {}).get("status") == "undetermined")
+    elif logic:
+        an.verdict, an.consistency = "nonzero", "logic_level"
+        an.verdict_reason = f"{len(logic)} logic-level independent difference point(s): " + \
+            ", ".join(f"{p['boundary']} (round {p['round']})" for p in logic)
+        if last.get("outcome") == "stub_needed" or (an.stub_instruction or {}).get("needed"):
+            an.verdict_reason += "; enumeration not finished: apply stub_instruction.json and analyse the next round"
+    elif [r for r in non_exact if r["status"] == "SHAPE_DIFF"]:
+        sd = [r["boundary"] for r in non_exact if r["status"] == "SHAPE_DIFF"]
+        an.verdict, an.consistency = "evidence_missing", "unknown"
+        an.verdict_reason = (f"{len(sd)} boundar{'y has' if len(sd) == 1 else 'ies have'} different shapes after "
+                             f"mapping (SHAPE_DIFF: {', '.join(sd[:3])}): values there were not compared")
+    elif non_exact:
+        sus = [s for r in an.rounds for s in r.get("suspects", [])]
+        if sus and (an.stub_instruction or {}).get("needed"):
+            an.verdict, an.consistency = "nonzero", "unknown"
+            an.verdict_reason = ("rounding-level first divergence but downstream suspects remain "
+                                 f"({', '.join(s['boundary'] for s in sus[:3])}); apply the stub instruction")
+        elif biased:
+            an.verdict, an.consistency = "nonzero", "rounding_biased"
+            an.verdict_reason = (f"rounding-level differences with a systematic bias at {len(biased)} boundar"
+                                 f"{'y' if len(biased) == 1 else 'ies'} (first: {biased[0]['boundary']}, "
+                                 f"{(biased[0].get('bias') or {}).get('kind', 'bias')}): biased rounding accumulates "
+                                 "with depth, so the sides do not merely differ by rounding noise")
+        else:
+            an.verdict, an.consistency = "nonzero", "rounding_only"
+            an.verdict_reason = ("only rounding-level differences: train and inference agree up to "
+                                 "floating-point rounding (each rounding-level point is listed)")
+    elif missing:
+        an.verdict, an.consistency = "evidence_missing", "unknown"
+        an.verdict_reason = f"every compared boundary is EXACT but {len(missing)} could not be compared"
+    else:
+        an.verdict, an.consistency = "exact", "bitwise"
+        an.verdict_reason = "every boundary is bitwise EXACT"
+    if logprob and all(logprob.get(k) is not None for k in ("mean", "max")):
+        an.logprob = {"status": "exact" if logprob.get("max") == 0 else "nonzero", **logprob}
+    else:
+        an.logprob = {"status": "evidence_missing", "mean": None, "max": None, "std": None,
+                      "reason": "no measured prefill log-prob diff supplied (e.g. from a training log); "
+                                "not computed from dumps"}

@@ -1,0 +1,155 @@
+"""The one reader of the per-family boundary maps (``models/*.yaml``): load, validate, expand layers.
+
+A map is data (the format is documented in the header of ``models/qwen3_hf_vllm.yaml``): for each
+boundary — a tensor that is mathematically the same on both sides — a selector per side, the
+boundaries feeding it (``inputs``), an op kind and an optional stub target. This module knows the
+YAML and nothing about dumps; :mod:`tilake.diagnosis.selectors` resolves a :class:`Boundary` on a dump
+and :mod:`tilake.diagnosis.transforms` produces the comparable tensor.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+from tilake.errors import TilakeError
+
+MODELS_DIR = Path(__file__).resolve().parent
+SIDES = ("train", "infer")
+
+
+def list_maps() -> List[Path]:
+    """Boundary map files shipped in ``models/`` (YAML files with a top-level ``boundaries`` list;
+    ``models/`` also holds other per-family knowledge, e.g. call-stack notes)."""
+    out = []
+    for p in sorted(MODELS_DIR.glob("*.yaml")):
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("boundaries"), list):
+            out.append(p)
+    return out
+
+
+def load_map(name_or_path: str) -> dict:
+    """Load a boundary map by file path or by name (``qwen3_hf_vllm``) from ``models/``.
+
+    Returns:
+        the map as a dict, with ``_path`` (the file read) added.
+    Raises:
+        TilakeError: file missing, invalid YAML, missing ``boundaries``, an item without a name or
+            without a selector (or explicit ``null``) for each side.
+    """
+    p = Path(name_or_path)
+    if not p.is_file():
+        cand = MODELS_DIR / (name_or_path if name_or_path.endswith(".yaml") else name_or_path + ".yaml")
+        if not cand.is_file():
+            names = ", ".join(x.stem for x in list_maps())
+            raise TilakeError(f"boundary map {name_or_path!r} not found (shipped maps: {names})")
+        p = cand
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise TilakeError(f"boundary map is not valid YAML: {str(exc).splitlines()[0]}", path=p)
+    if not isinstance(data, dict) or not isinstance(data.get("boundaries"), list):
+        raise TilakeError("boundary map has no 'boundaries' list", path=p)
+    for key in ("boundaries", "weights"):
+        for i, b in enumerate(data.get(key) or []):
+            if not isinstance(b, dict) or not b.get("name"):
+                raise TilakeError(f"{key}[{i}] has no name", path=p)
+            for side in SIDES:
+                if side not in b:
+                    raise TilakeError(f"{key}[{i}] ({b['name']}) has no {side!r} selector "
+                                      "(write null when that side has no such tensor)", path=p)
+                sel = b[side]
+                if sel is not None and not (isinstance(sel, dict) and ({"module", "api", "sum", "concat_last"} & set(sel))):
+                    raise TilakeError(f"{key}[{i}] ({b['name']}) {side} selector needs module, api, sum or "
+                                      "concat_last", path=p)
+    data["_path"] = str(p)
+    return data
+
+
+def _subst(obj: Any, mapping: Dict[str, str]) -> Any:
+    """Replace ``{key}`` placeholders in every string of a nested list/dict."""
+    if isinstance(obj, str):
+        for k, v in mapping.items():
+            obj = obj.replace("{" + k + "}", v)
+        return obj
+    if isinstance(obj, list):
+        return [_subst(x, mapping) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _subst(v, mapping) for k, v in obj.items()}
+    return obj
+
+
+@dataclass
+class Boundary:
+    """One concrete boundary (layer placeholders expanded).
+
+    Attributes:
+        name, op (embedding | norm | matmul | elementwise | attention), inputs (names of the
+        boundaries whose tensors feed this one), position (0-based, the map's order),
+        spec {side: selector or None}, stub {side: stub spec}, layer (int or None),
+        reason_missing (text when a side is deliberately absent).
+    """
+
+    name: str
+    op: str
+    inputs: List[str]
+    position: int
+    spec: Dict[str, Optional[dict]]
+    stub: Dict[str, dict] = field(default_factory=dict)
+    layer: Optional[int] = None
+    reason_missing: Optional[str] = None
+
+
+def expand(bmap: dict, n_layers: int, key: str = "boundaries") -> List[Boundary]:
+    """Expand a map's boundary (or ``weights``) list for ``n_layers`` layers, in the map's order.
+
+    Per-layer items are grouped: all per-layer items of layer 0, then layer 1, …; ``{i}`` is the
+    layer, ``{p}`` the previous layer, ``{last}`` the last layer, ``{layer_input}`` the map's
+    ``layer_input`` boundary of that layer.
+    """
+    li = bmap.get("layer_input") or {}
+    out: List[Boundary] = []
+    items = bmap.get(key) or []
+    i = 0
+    while i < len(items):
+        if not items[i].get("per_layer"):
+            out.append(_mk(items[i], {"last": str(n_layers - 1)}, None, li, len(out)))
+            i += 1
+            continue
+        j = i
+        while j < len(items) and items[j].get("per_layer"):
+            j += 1
+        for layer in range(n_layers):
+            for it in items[i:j]:
+                out.append(_mk(it, {"i": str(layer), "p": str(layer - 1), "last": str(n_layers - 1)},
+                               layer, li, len(out)))
+        i = j
+    return out
+
+
+def _mk(item: dict, mapping: Dict[str, str], layer: Optional[int], li: dict, pos: int) -> Boundary:
+    item = copy.deepcopy(item)
+    if layer is not None and li:
+        first, nxt = li.get("first"), li.get("next")
+        layer_input = first if layer == 0 else _subst(nxt, {"p": str(layer - 1)})
+    else:
+        layer_input = li.get("first") if li else None
+    inputs = []
+    for x in item.get("inputs") or []:
+        if x == "{layer_input}":
+            if layer_input:
+                inputs.append(layer_input)
+        else:
+            inputs.append(_subst(x, mapping))
+    return Boundary(
+        name=_subst(item["name"], mapping), op=str(item.get("op", "unknown")), inputs=inputs,
+        position=pos, spec={s: _subst(item.get(s), mapping) for s in SIDES},
+        stub=_subst(item.get("stub") or {}, mapping), layer=layer,
+        reason_missing=item.get("reason_missing"))

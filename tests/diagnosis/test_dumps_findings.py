@@ -1,0 +1,150 @@
+"""Findings on real-dump kinds (issue "Dump diagnosis that stays right on real dumps"): magnitude bias,
+filtered signed means, row / column localisation, and what follows from them in the verdict."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from msprobe_mini import write_dump, write_map  # noqa: E402
+
+from tilake.diagnosis import analyze as A  # noqa: E402
+from tilake.diagnosis import maps as M  # noqa: E402
+from tilake.diagnosis import outputs as O  # noqa: E402
+from tilake.diagnosis.numerics import compare  # noqa: E402
+
+
+def toward_zero(x: torch.Tensor, share: float, seed: int) -> torch.Tensor:
+    """``x`` (bf16) with about ``share`` of its non-zero elements moved one ULP toward zero (truncation)."""
+    g = torch.Generator().manual_seed(seed)
+    m = (torch.rand(x.shape, generator=g) < share) & (x != 0)
+    return (x.view(torch.int16) - m.to(torch.int16)).view(torch.bfloat16)  # sign-magnitude: magnitude − 1
+
+
+def chain(tmp: Path, names, train, infer, ops=None, **map_extra):
+    """A linear chain of boundaries ``names[i]`` (input: ``names[i-1]``), one module output each."""
+    ops = ops or ["embedding"] + ["matmul"] * (len(names) - 1)
+    ents = lambda ts: [(f"Module.m.{n}.Lin.forward.0", None, {"output": [t]}) for n, t in zip(names, ts)]  # noqa: E731
+    tr = write_dump(tmp / "train", ents(train))
+    inf = write_dump(tmp / "infer", ents(infer))
+    bs = [{"name": n, "op": o, "inputs": [names[i - 1]] if i else [],
+           "train": {"module": f"m.{n}.Lin"}, "infer": {"module": f"m.{n}.Lin"}} for i, (n, o) in enumerate(zip(names, ops))]
+    bmap = M.load_map(str(write_map(tmp / "chain.yaml", bs, **map_extra)))
+    return A.analyze_pair([A.RoundInput(tr, inf)], bmap)
+
+
+def test_truncating_kernel_is_a_toward_zero_bias_that_value_signed_means_miss(tmp_path):
+    g = torch.Generator().manual_seed(3)
+    emb = torch.randn(8, 64, generator=g).to(torch.bfloat16)
+    h = torch.randn(8, 64, generator=g).to(torch.bfloat16)      # zero-centred activations
+    n = torch.randn(8, 64, generator=g).to(torch.bfloat16)
+    an = chain(tmp_path, ["embed", "h", "norm"], [emb, h, n], [emb, toward_zero(h, 0.4, 1), toward_zero(n, 0.4, 2)],
+               ops=["embedding", "matmul", "norm"])
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    r = rows["h"]
+    assert r["max_elem_ulp"] == 1 and r["class"] == "rounding-level"
+    assert r["mag_signed_mean_ulp"] == -1.0 and r["share_smaller_magnitude"] == 1.0
+    assert abs(r["signed_mean_ulp"]) < 0.2          # the value-signed mean cancels on zero-centred data
+    assert r["systematic_bias"] is True and r["bias"]["kind"] == "toward_zero"
+    assert any("biased rounding" in e and "accumulates with depth" in e for e in r["class_evidence"])
+    # recurring downstream: still flagged
+    assert rows["norm"]["systematic_bias"] is True and rows["norm"]["bias"]["kind"] == "toward_zero"
+    assert an.points[0]["boundary"] == "h" and an.points[0]["bias"]["kind"] == "toward_zero"
+    assert an.consistency == "rounding_biased"
+    assert "agree up to floating-point rounding" not in an.verdict_reason
+    src = O.report_source(an, {})
+    b = next(x for x in src["boundaries"] if x["boundary"] == "h")
+    assert b["mag_signed_mean_ulp"] == -1.0 and b["share_smaller_magnitude"] == 1.0 and b["bias"]["kind"] == "toward_zero"
+
+
+def test_unbiased_rounding_noise_is_not_a_bias(tmp_path):
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    g = torch.Generator().manual_seed(5)
+    step = torch.randint(-1, 2, x.shape, generator=g).to(torch.int16)   # −1, 0, +1 bit steps at random
+    y = torch.where(x != 0, (x.view(torch.int16) + step).view(torch.bfloat16), x)
+    r = compare(x, y)
+    assert r["share_smaller_magnitude"] is not None and 0.3 < r["share_smaller_magnitude"] < 0.7
+    row = {"status": "NOT_EXACT", "op": "matmul", "inputs": ["a"], **r}
+    A.classify(row, {"a": {"status": "EXACT"}}, {})
+    assert row["systematic_bias"] is False and row["bias"] is None
+
+
+def test_signed_means_skip_near_zero_elements_and_sign_flips():
+    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+    x[0, :4] = torch.tensor([1e-3, -2e-3, 5e-4, 1e-3])               # far below absmax/64
+    y = torch.where(x.abs() >= x.abs().max() / 64, (x.view(torch.int16) + 1).view(torch.bfloat16), x)
+    y[0, :4] = -x[0, :4]                                               # sign flips: ~30 000 ULP apart
+    r = compare(x, y)
+    assert r["max_elem_ulp"] > 20000 and r["max_elem_ulp_significant"] == 1
+    pos = x.abs() >= x.abs().max() / 64
+    n_up, n = int((x[pos] > 0).sum()), int(pos.sum())                # +1 bit step: up for x > 0, down for x < 0
+    want = (n_up - (n - n_up)) / n
+    assert r["signed_mean_ulp"] == want and r["mag_signed_mean_ulp"] == 1.0
+    assert r["signed_count"] == int(pos.sum()) and "absmax(reference)/64" in r["signed_filter"]
+
+
+def test_logic_fault_in_two_token_rows_is_localised(tmp_path):
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(16, 64, generator=g).to(torch.bfloat16)
+    att = torch.randn(16, 64, generator=g).to(torch.bfloat16)
+    bad = att.clone()
+    noise = torch.randint(0, 2, att.shape, generator=g).to(torch.int16)   # attention's ordinary 1-bit noise
+    bad = torch.where(att != 0, (bad.view(torch.int16) + noise).view(torch.bfloat16), bad)
+    bad[3] = torch.randn(64, generator=g).to(torch.bfloat16)            # wrong mask / position in rows 3 and 5
+    bad[5] = (att[5].float() * 1.5).to(torch.bfloat16)
+    an = chain(tmp_path, ["q", "attn"], [q, att], [q, bad], ops=["matmul", "attention"])
+    r = next(x for x in an.boundary_rows if x["boundary"] == "attn")
+    assert r["rows_differing"] == 16 and r["class"] == "logic-level"
+    assert r["logic_rows"] == [3, 5] and r["logic_rows_count"] == 2
+    assert len(r["row_tensor_ulp"]) == 16 and max(r["row_tensor_ulp"][i] for i in range(16) if i not in (3, 5)) <= 1
+    assert any("confined to 2 of 16 rows" in e for e in r["class_evidence"])
+    src = O.report_source(an, {})
+    assert next(p for p in src["points"] if p["boundary"] == "attn")["logic_rows"] == [3, 5]
+
+
+def test_stale_weight_row_shows_as_one_output_column():
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(16, 64, generator=g).to(torch.bfloat16)
+    y = x.clone()
+    y[:, 7] = (x[:, 7].float() * 0.5 + 0.3).to(torch.bfloat16)
+    r = compare(x, y)
+    assert r["logic_cols"] == [7] and r["logic_cols_count"] == 1
+    assert r["pattern"] == "whole_columns"
+    assert 0.9 < r["cosine"] < 1.0
+
+
+def _embed_pair(tmp: Path, ids_train: torch.Tensor, ids_infer: torch.Tensor):
+    g = torch.Generator().manual_seed(9)
+    table = torch.randn(32, 16, generator=g).to(torch.bfloat16)
+    h = lambda ids: (table[ids] * 2).to(torch.bfloat16)  # noqa: E731
+    ents = lambda ids, pre: [("Module.m.E.Emb.forward.0", None, {"input": [pre(ids)], "output": [table[ids]]}),  # noqa: E731
+                             ("Module.m.H.Lin.forward.0", None, {"output": [h(ids)]})]
+    tr = write_dump(tmp / "train", ents(ids_train, lambda t: t[None]))     # HF: [1, S]
+    inf = write_dump(tmp / "infer", ents(ids_infer, lambda t: t))          # vLLM: [S]
+    bs = [{"name": "embed", "op": "embedding", "inputs": [], "train": {"module": "m.E.Emb"}, "infer": {"module": "m.E.Emb"},
+           "stub": {"infer": {"module": "m.H.Lin", "inputs": {"0": {"module": "m.E.Emb"}}}}},
+          {"name": "h", "op": "matmul", "inputs": ["embed"], "train": {"module": "m.H.Lin"}, "infer": {"module": "m.H.Lin"}}]
+    bmap = M.load_map(str(write_map(tmp / "emb.yaml", bs, layer_input={"first": "embed"})))
+    return A.analyze_pair([A.RoundInput(tr, inf)], bmap)
+
+
+def test_token_ids_shifted_by_one_are_the_first_finding(tmp_path):
+    ids = torch.randint(0, 32, (9,), generator=torch.Generator().manual_seed(10))
+    an = _embed_pair(tmp_path, ids[:8], ids[1:])
+    assert an.token_ids["status"] == "differ" and an.token_ids["differing"] == 8 and an.token_ids["positions"] == 8
+    assert an.token_ids["shift"] == 1
+    assert an.verdict_reason.startswith("token ids differ at 8/8 positions")
+    assert an.consistency == "inputs_differ" and an.rounds[0]["outcome"] == "token_ids_differ"
+    assert an.stub_instruction["needed"] is False and an.points == []
+    emb = next(r for r in an.boundary_rows if r["boundary"] == "embed")
+    assert emb["inputs_equal"] is False and emb["role"] == "propagated"
+    hyp = {h["hypothesis"]: h for h in an.hypotheses}["inputs not aligned / padding not removed"]
+    assert hyp["status"] == "confirmed" and hyp["evidence"][0].startswith("token ids differ at 8/8")
+    assert O.report_source(an, {})["token_ids"]["differing"] == 8
+
+
+def test_equal_token_ids_are_recorded(tmp_path):
+    ids = torch.randint(0, 32, (8,), generator=torch.Generator().manual_seed(11))
+    an = _embed_pair(tmp_path, ids, ids.clone())
+    assert an.token_ids["status"] == "equal" and an.token_ids["positions"] == 8
+    assert an.verdict == "exact"
