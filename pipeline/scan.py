@@ -22,6 +22,7 @@ import json
 import os
 import re
 import socket
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -43,7 +44,8 @@ from tilake.ingest.scan.inject import (BLOCK_BEGIN, backup_script, check_writabl
 from tilake.ingest.scan.run import RunResult, expected_wait, run_script
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
 from tilake.lake.registry import model_family_for
-from tilake.pipeline.scan_print import print_checks, print_config, print_diff, print_stage3, write_skipped_report
+from tilake.pipeline.scan_print import (print_checks, print_config, print_diff, print_stage3, stage1_json,
+                                        write_skipped_report)
 
 
 class ScanStopped(TilakeError):
@@ -176,12 +178,12 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     rid = validate_run_id(run_id or parsed.run_id())
     res = ScanResult(rid, "dry_run" if dry_run else "running", parsed)
     print_config(console, parsed)
-    program = parsed.launch.words[0].raw
+    program = parsed.launch.program
     python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
     probe_env = dict(env)
-    vis = parsed.variables.get("ASCEND_RT_VISIBLE_DEVICES")
+    vis = parsed.config.get("visible_devices", UNKNOWN)
     if isinstance(vis, str) and vis != UNKNOWN:
-        probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script exports it before launching
+        probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script sets it for the launch command
     probe = seam.probe(probe_env, python)
     res.checks = check_environment(parsed, probe, env)
     print_checks(console, res.checks)
@@ -363,19 +365,43 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress)
 
 
+def result_json(res: ScanResult) -> Dict[str, Any]:
+    """A scan's outcome as plain data (``tilake scan --format json``): stage 1 in full, the checks,
+    the planned or applied diff, and the outputs (paths as strings, None when not written)."""
+    def opt(p: Optional[Path]) -> Optional[str]:
+        return None if p is None else str(p)
+
+    return {"run_id": res.run_id, "status": res.status,
+            "stage1": stage1_json(res.parsed) if res.parsed is not None else None,
+            "checks": [{"name": c.name, "ok": c.ok, "required": c.required, "found": c.detail, "fix": c.fix}
+                       for c in res.checks],
+            "diff": res.diff, "backup": opt(res.backup), "output_dir": opt(res.output_dir),
+            "report": opt(res.report_path), "csv": opt(res.csv_path), "grade_counts": res.grade_counts,
+            "warnings": res.warnings}
+
+
 def cli_scan(script: Optional[Path], from_output: Optional[Path], lake_path: Optional[Path], run_id: Optional[str],
-             out_dir: Path, lang: str, dry_run: bool, timeout_s: Optional[float], script_args: Sequence[str]) -> int:
+             out_dir: Path, lang: str, dry_run: bool, timeout_s: Optional[float], script_args: Sequence[str],
+             fmt: str = "text") -> int:
     """Body of ``tilake scan`` (kept here so ``cli.py`` stays thin). Returns the exit status:
-    0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2)."""
+    0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2).
+    ``fmt="json"``: the tables go to stderr and :func:`result_json` is written to stdout."""
     if lang not in ("zh", "en"):
         raise TilakeError(f"--lang must be zh or en, not {lang!r}")
+    if fmt not in ("text", "json"):
+        raise TilakeError(f"--format must be text or json, not {fmt!r}")
+    console = Console(stderr=True) if fmt == "json" else None
     lake = Lake(lake_path)
     if from_output is not None:
         if dry_run or script_args:
             raise TilakeError("--from-output runs stages 4–5 only: --dry-run and script arguments do not apply")
-        res = scan_from_output(from_output, lake, run_id, out_dir, lang, script=script)
+        res = scan_from_output(from_output, lake, run_id, out_dir, lang, script=script, console=console,
+                               progress=fmt == "text")
     else:
         if script is None:
             raise TilakeError("give the RL launch script (tilake scan run_qwen3.sh) or --from-output DIR")
-        res = scan(script, lake, run_id, out_dir, lang, script_args=script_args, timeout_s=timeout_s, dry_run=dry_run)
+        res = scan(script, lake, run_id, out_dir, lang, script_args=script_args, timeout_s=timeout_s, dry_run=dry_run,
+                   console=console, progress=fmt == "text")
+    if fmt == "json":
+        sys.stdout.write(json.dumps(result_json(res), ensure_ascii=False, indent=2, default=str) + "\n")
     return 1 if res.status == "comparison_skipped" else 0

@@ -8,41 +8,83 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from tilake.ingest.scan.collect import HOST_FALLBACK_LABEL, Stage3
 from tilake.ingest.scan.env import Check
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript
+from tilake.ingest.scan.verl_config import is_default
+
+
+#: (label, config key) rows of the stage-1 table, in order
+CONFIG_ROWS = [("training backend", "train_backend"), ("inference engine", "infer_backend"),
+               ("model path", "model_path"), ("model id", "model_id"), ("train TP", "train_tp"),
+               ("train PP", "train_pp"), ("train EP", "train_ep"), ("rollout TP", "infer_tp"),
+               ("max_prompt_length", "max_prompt_length"), ("max_response_length", "max_response_length"),
+               ("train_batch_size", "train_batch_size"), ("total_training_steps", "total_training_steps"),
+               ("total_epochs", "total_epochs"), ("NPU devices", "visible_devices"),
+               ("rollout enforce_eager", "rollout_enforce_eager"),
+               ("rollout calculate_log_probs", "rollout_calculate_log_probs"), ("rollout n", "rollout_n")]
+
+
+def shown_value(parsed: ParsedScript, key: str) -> str:
+    """A config value as the table shows it: ``(default)`` appended when verl, not the script, sets it."""
+    v = parsed.config.get(key, UNKNOWN)
+    return f"{v} (default)" if is_default(parsed.sources.get(key, "")) else str(v)
+
+
+def steps_note(parsed: ParsedScript) -> Optional[str]:
+    """How long the run is about to be, and how to make it one step, when no step limit is set
+    (``trainer.total_training_steps`` unset or above 1). None for a one-step run."""
+    c = parsed.config
+    steps, epochs = c.get("total_training_steps"), c.get("total_epochs")
+    if isinstance(steps, int) and steps <= 1:
+        return None
+    length = (f"trainer.total_training_steps={steps}" if isinstance(steps, int)
+              else f"{epochs} epoch(s) (trainer.total_epochs) with no step limit")
+    how = (f"`tilake scan {parsed.path.name} -- trainer.total_training_steps=1`" if parsed.launch.passthrough
+           else "trainer.total_training_steps=1 on the launch command (this script does not pass \"$@\" on)")
+    return f"the run trains {length}; to profile one step only, use {how}"
+
+
+def stage1_json(parsed: ParsedScript) -> Dict[str, Any]:
+    """Stage 1 as plain data (``tilake scan --format json``): every value and source in full."""
+    return {"script": str(parsed.path), "launch": {"module": parsed.launch.module, "line": parsed.launch.line,
+                                                   "program": parsed.launch.program},
+            "config": parsed.config, "sources": parsed.sources,
+            "defaults": sorted(k for k, v in parsed.sources.items() if is_default(v)),
+            "run_warnings": parsed.run_warnings, "warnings": parsed.warnings,
+            "profiler": parsed.profiler, "steps_note": steps_note(parsed)}
 
 
 def print_config(console: Console, parsed: ParsedScript) -> None:
+    """The stage-1 table and its notes. Cells fold instead of being cut, so at 80 columns every
+    value and source is shown in full (on several lines when long)."""
     t = Table(title=f"stage 1 · parsed {parsed.path.name} (launch command on line {parsed.launch.line})",
-              show_lines=False)
-    t.add_column("item")
-    t.add_column("value")
-    t.add_column("from", style="dim")
-    c = parsed.config
-    rows = [("training backend", "train_backend"), ("inference engine", "infer_backend"),
-            ("model path", "model_path"), ("model id", "model_id"), ("train TP", "train_tp"),
-            ("train PP", "train_pp"), ("train EP", "train_ep"), ("rollout TP", "infer_tp"),
-            ("max_prompt_length", "max_prompt_length"), ("max_response_length", "max_response_length"),
-            ("train_batch_size", "train_batch_size"), ("total_training_steps", "total_training_steps"),
-            ("NPU devices", "visible_devices"), ("rollout enforce_eager", "rollout_enforce_eager"),
-            ("rollout calculate_log_probs", "rollout_calculate_log_probs"), ("rollout n", "rollout_n")]
-    for label, key in rows:
-        v = c.get(key, UNKNOWN)
-        t.add_row(label, f"[yellow]{v}[/]" if v == UNKNOWN else str(v), parsed.sources.get(key, ""))
+              show_lines=False, expand=True)
+    t.add_column("item", overflow="fold", ratio=2)
+    t.add_column("value", overflow="fold", ratio=2)
+    t.add_column("from", style="dim", overflow="fold", ratio=5)
+    for label, key in CONFIG_ROWS:
+        v = parsed.config.get(key, UNKNOWN)
+        t.add_row(label, Text(shown_value(parsed, key), style="yellow" if v == UNKNOWN else ""),
+                  Text(parsed.sources.get(key, "")))
     console.print(t)
+    for w in parsed.run_warnings:
+        console.print(Text("  warning: ", style="bold red") + Text(w))
     for w in parsed.warnings + parsed.profiler.get("warnings", []):
-        console.print(f"  [yellow]note:[/] {escape(w)}")
+        console.print(Text("  note: ", style="yellow") + Text(w))
+    for line in (parsed.profiler.get("plan"), steps_note(parsed)):
+        if line:
+            console.print(Text("  note: ", style="yellow") + Text(line))
 
 
 def print_diff(console: Console, diff: str) -> None:
+    """The planned or applied unified diff, coloured per line (long lines are not cut)."""
     for line in diff.splitlines():
         style = ("green" if line.startswith("+") else "red" if line.startswith("-")
                  else "cyan" if line.startswith("@@") else "")
@@ -50,24 +92,26 @@ def print_diff(console: Console, diff: str) -> None:
 
 
 def print_checks(console: Console, checks: List[Check]) -> None:
+    """The stage-1 environment checks, each with what was found and its fix."""
     t = Table(title="stage 1 · environment check")
     t.add_column("")
-    t.add_column("check")
-    t.add_column("found")
-    t.add_column("fix")
+    t.add_column("check", overflow="fold")
+    t.add_column("found", overflow="fold")
+    t.add_column("fix", overflow="fold")
     for c in checks:
         mark = "[green]✓[/]" if c.ok else ("[red]✗[/]" if c.required else "[yellow]–[/]")
-        t.add_row(mark, c.name, c.detail, c.fix or "")
+        t.add_row(mark, Text(c.name), Text(c.detail), Text(c.fix or ""))
     console.print(t)
 
 
 def print_stage3(console: Console, st: Stage3) -> None:
+    """Stage 3: every capture operation with its result, known warnings, and each side's evidence."""
     t = Table(title=f"stage 3 · captures and analyse() ({st.seam}{'' if st.real else ', not torch_npu'})")
     t.add_column("#")
-    t.add_column("side")
-    t.add_column("operation")
-    t.add_column("result")
-    t.add_column("detail")
+    t.add_column("side", overflow="fold")
+    t.add_column("operation", overflow="fold")
+    t.add_column("result", overflow="fold")
+    t.add_column("detail", overflow="fold")
     for o in st.operations:
         t.add_row(str(o["n"]), o["side"], Text(o["operation"]) + Text("  " + o["target"], style="dim"),
                   o["result"], Text((o["detail"] or "") + (f" (fallback {o['fallback']})" if o.get("fallback") else "")))

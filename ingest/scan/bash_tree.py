@@ -198,6 +198,82 @@ class _Walker:
         return (words, arrays, redirs) if (words or arrays) else None
 
 
+@dataclass
+class VarRef:
+    """A bare ``$NAME`` / ``${NAME}`` reference (no ``:-``-style default), for ``set -u`` checks.
+
+    Attributes:
+        name: the variable. start: character offset. line: 1-based line.
+        certain: bash evaluates it whenever the script reaches it (top level, or the condition of a
+            top-level ``if``/``while``; not inside a branch, loop body, function or after ``&&``/``||``).
+    """
+
+    name: str
+    start: int
+    line: int
+    certain: bool
+
+
+@dataclass
+class BashScript:
+    """The parsed script: its simple commands and its bare variable references, in source order."""
+
+    commands: List[Command]
+    refs: List[VarRef]
+
+
+def parse_bash(text: str, path: str) -> BashScript:
+    """:func:`parse_commands` plus the bare variable references (:class:`VarRef`).
+
+    Raises:
+        TilakeError: as :func:`parse_commands`.
+    """
+    data = text.encode("utf-8")
+    tree = _PARSER.parse(data)
+    if tree.root_node.has_error:
+        raise TilakeError(_syntax_error(tree.root_node, data), path=path)
+    w = _Walker(text, data)
+    w.walk(tree.root_node, False, "", [])
+    refs: List[VarRef] = []
+    _collect_refs(tree.root_node, w, refs)
+    return BashScript(w.out, refs)
+
+
+_UNCERTAIN_PARENTS = _CONDITIONAL | {"function_definition", "do_group"}
+
+
+def _certain(node: Node) -> bool:
+    child, parent = node, node.parent
+    while parent is not None:
+        if parent.type in ("if_statement", "while_statement", "until_statement"):
+            cond = [parent.children[k] for k in range(parent.child_count)
+                    if parent.field_name_for_child(k) == "condition"]
+            if not any(c.start_byte <= child.start_byte and child.end_byte <= c.end_byte for c in cond):
+                return False
+        elif parent.type in _UNCERTAIN_PARENTS:
+            return False
+        elif parent.type == "list" and child.start_byte != parent.named_children[0].start_byte:
+            return False        # right of && / ||
+        child, parent = parent, parent.parent
+    return True
+
+
+def _collect_refs(node: Node, w: "_Walker", out: List[VarRef]) -> None:
+    if node.type in ("simple_expansion", "expansion"):
+        named = [c for c in node.named_children]
+        bare = len(named) == 1 and named[0].type == "variable_name" and \
+            [c.type for c in node.children if not c.is_named] in (["$"], ["${", "}"])
+        if bare:
+            start = w.char(node.start_byte)
+            out.append(VarRef(named[0].text.decode("utf-8", "replace"), start, node.start_point[0] + 1,
+                              _certain(node)))
+        return
+    if node.type in ("heredoc_body",) and node.parent is not None and b"'" in (node.parent.child_by_field_name("start") or node).text:
+        return
+    for c in node.children:
+        _collect_refs(c, w, out)
+
+
 def parse_commands(text: str, path: str) -> List[Command]:
     """The simple commands of a bash script, in source order (heredoc bodies are data, not code).
 
@@ -209,13 +285,7 @@ def parse_commands(text: str, path: str) -> List[Command]:
         TilakeError: the script is not valid bash (unterminated quote, array, ``$(``, ``if`` without
             ``fi``...); the message names the line where the unclosed construct starts.
     """
-    data = text.encode("utf-8")
-    tree = _PARSER.parse(data)
-    if tree.root_node.has_error:
-        raise TilakeError(_syntax_error(tree.root_node, data), path=path)
-    w = _Walker(text, data)
-    w.walk(tree.root_node, False, "", [])
-    return w.out
+    return parse_bash(text, path).commands
 
 
 def _first_error(node: Node) -> Optional[Node]:

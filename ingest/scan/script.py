@@ -16,15 +16,16 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tilake.errors import TilakeError
-from tilake.ingest.scan.bash_tree import Command, Token, parse_commands
+from tilake.ingest.scan.bash_tree import Command, Token, parse_bash
 from tilake.ingest.scan.shell import (ASSIGN_PREFIX_RE, KEY_RAW_RE, UNKNOWN, Maybe, Shell, Unknown, Value,
                                       plain)
-from tilake.ingest.scan.verl_config import LaunchCommand, extract_config, profiler_info
+from tilake.ingest.scan.launch_checks import PASSTHROUGH_RAW, launch_warnings
+from tilake.ingest.scan.verl_config import LaunchCommand, extract_config, profiler_info, profiler_plan
 
 __all__ = ["UNKNOWN", "Unknown", "LaunchCommand", "ParsedScript", "parse_script"]
 
@@ -41,6 +42,9 @@ class ParsedScript:
             or ``"unknown"``. sources: where each config value came from.
         profiler: ``{"present": bool, "evidence": [...], "save_path": str|"unknown", "warnings": [...]}``.
         warnings: things the parser could not follow (sourced files, cd, other launch commands).
+        run_warnings: reasons the run will not happen here or its exit status will lie (``ray job
+            submit --no-wait``, ``| tee`` without ``pipefail``, ``set -u`` with a variable unset before
+            the launch, ``"$@"`` stranded after a missing ``\\``); shown before anything runs.
     """
 
     path: Path
@@ -51,6 +55,7 @@ class ParsedScript:
     sources: Dict[str, str]
     profiler: Dict[str, Any]
     warnings: List[str]
+    run_warnings: List[str] = field(default_factory=list)
 
     def run_id(self) -> str:
         """Deterministic run id from the resolved script path and the model id."""
@@ -60,9 +65,12 @@ class ParsedScript:
         return f"scan-{slug}-{digest}"
 
 
-#: ``-m verl.<...>`` or a verl recipe entry point ``-m recipe.<name>.main_<...>`` (e.g. recipe.dapo.main_dapo)
-_LAUNCH_MODULE_RE = re.compile(r"^(verl(\.[A-Za-z0-9_]+)+|recipe(\.[A-Za-z0-9_]+)*\.main_[A-Za-z0-9_]+)$")
-_PASSTHROUGH_RAW = {"$@", '"$@"', "$*", '"$*"', "${@}", '"${@}"'}
+#: ``-m verl.<...>``, or a recipe entry point: ``-m recipe.<name>.<module>`` whose last part is
+#: ``main``, starts with ``main_`` or ends with ``_main`` (``recipe.dapo.main_dapo``,
+#: ``recipe.fully_async_policy.fully_async_main``; ``recipe.dapo.prepare_data`` is not one)
+_LAUNCH_MODULE_RE = re.compile(r"^(verl(\.[A-Za-z0-9_]+)+|recipe(\.[A-Za-z0-9_]+)*\.(main|main_[A-Za-z0-9_]+|[A-Za-z0-9_]+_main))$")
+LOOKED_FOR = ("`python[3] -m verl.<module>` or a recipe entry point `python[3] -m recipe.<name>.<main_*|*_main>` "
+              "(also after `ray job submit ... --` or `torchrun`)")
 
 
 def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None,
@@ -97,20 +105,29 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
     except UnicodeDecodeError as exc:
         raise TilakeError("not UTF-8 text, not a launch script", path=p) from exc
     env = dict(os.environ if env is None else env)
-    cmds = parse_commands(text, str(p))
+    bash = parse_bash(text, str(p))
     shell = Shell(env, args, str(p))
     warnings: List[str] = []
-    launches: List[Tuple[Command, int]] = []
+    launches: List[Tuple[Command, int, frozenset]] = []
     fn_assigns: Dict[str, set] = {}
+    opts: set = set()                       # shell options in force (``u``, ``pipefail``)
+    unbound: List[Tuple[int, int, str]] = []  # (offset, line, name) hit while set -u was on
+    refs = iter(bash.refs)
+    ref = next(refs, None)
 
-    for cmd in cmds:
+    for cmd in bash.commands:
+        end = max(t.end for t in cmd.words + cmd.arrays)
+        while ref is not None and ref.start < end:
+            if ref.certain and "u" in opts and not ref.name.isdigit() and shell.lookup(ref.name) is None:
+                unbound.append((ref.start, ref.line, ref.name))
+            ref = next(refs, None)
         if cmd.in_function:
             names = fn_assigns.setdefault(cmd.function, set())
             names.update(a.name for a in cmd.arrays)
             names.update(m.group(1) for m in (ASSIGN_PREFIX_RE.match(w.raw) for w in cmd.words) if m)
             idx = _find_launch(cmd, shell) if cmd.words else None
             if idx is not None:
-                launches.append((cmd, idx))
+                launches.append((cmd, idx, frozenset(opts)))
             continue
         if cmd.words and cmd.words[0].raw in fn_assigns:
             for name in fn_assigns[cmd.words[0].raw]:
@@ -144,7 +161,7 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
         # locate a launch command before evaluating anything else
         idx = _find_launch(cmd, shell)
         if idx is not None:
-            launches.append((cmd, idx))
+            launches.append((cmd, idx, frozenset(opts)))
             continue
         head = words[0]
         assigns = []
@@ -187,17 +204,22 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
             shell.args = shell.args[1:]
         elif head == "set" and len(words) > j + 1 and words[j + 1] == "--":
             shell.args = [f if isinstance(f, str) else "" for w in words[j + 2:] for f in shell.expand_word(w)]
+        elif head == "set" and not uncertain:
+            _set_options(opts, words[j + 1:])
 
     if not launches:
-        raise TilakeError("not a verl launch script: no `python -m verl...` command found", path=p,
-                          hint="pass the bash script that runs python3 -m verl.trainer.main_ppo")
+        raise TilakeError(f"not a verl launch script: no `python -m verl...` command found (looked for {LOOKED_FOR})",
+                          path=p, hint="pass the bash script that runs python3 -m verl.trainer.main_ppo")
     unconditional = [lc for lc in launches if not lc[0].conditional and not lc[0].in_function]
-    chosen_cmd, idx = (unconditional or launches)[-1]
-    for other, _ in launches:
+    chosen_cmd, idx, launch_opts = (unconditional or launches)[-1]
+    for other, _, _ in launches:
         if other is not chosen_cmd:
             warnings.append(f"line {other.line}: another verl launch command; the one on line "
                             f"{chosen_cmd.line} is used")
     launch = _build_launch(chosen_cmd, idx, shell, text)
+    launch_end = max(t.end for t in chosen_cmd.words)
+    run_warnings = launch_warnings(chosen_cmd, launch, launch_opts, bash.commands,
+                                   [(line, name) for at, line, name in unbound if at < launch_end], text)
 
     variables = {}
     for k, v in shell.vars.items():
@@ -206,7 +228,29 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
         variables[k] = plain(v)
     config, sources = extract_config(launch, shell, p)
     prof = profiler_info(text, launch, shell)
-    return ParsedScript(p, text, launch, variables, config, sources, prof, warnings)
+    prof["plan"] = profiler_plan(prof, config)
+    return ParsedScript(p, text, launch, variables, config, sources, prof, warnings, run_warnings)
+
+
+def _set_options(opts: set, words: Sequence[str]) -> None:
+    """Apply ``set -euo pipefail`` / ``set +u`` / ``set -o nounset`` to ``opts`` (``u``, ``pipefail``)."""
+    k = 0
+    while k < len(words):
+        w = words[k]
+        if w in ("-o", "+o") and k + 1 < len(words):
+            name = {"nounset": "u"}.get(words[k + 1], words[k + 1])
+            (opts.add if w == "-o" else opts.discard)(name)
+            k += 2
+            continue
+        if re.fullmatch(r"[-+][A-Za-z]+", w):
+            letters = w[1:]
+            if "u" in letters:
+                (opts.add if w[0] == "-" else opts.discard)("u")
+            if letters.endswith("o") and k + 1 < len(words):      # -euo pipefail
+                name = {"nounset": "u"}.get(words[k + 1], words[k + 1])
+                (opts.add if w[0] == "-" else opts.discard)(name)
+                k += 1
+        k += 1
 
 
 def _assign(shell: Shell, raw: str, uncertain: bool, where: str, line: int) -> None:
@@ -247,9 +291,10 @@ def _build_launch(cmd: Command, idx: int, shell: Shell, text: str) -> LaunchComm
     arg_tokens = cmd.words[idx + 1:]
     last_arg: Optional[Token] = None
     shell.maybe_hits = []
-    expect_config_name = False
+    expect_config_name = expect_config_path = False
+    config_path: Optional[str] = None
     for t in arg_tokens:
-        if t.raw in _PASSTHROUGH_RAW:
+        if t.raw in PASSTHROUGH_RAW:
             passthrough = True
         else:
             last_arg = t
@@ -268,6 +313,15 @@ def _build_launch(cmd: Command, idx: int, shell: Shell, text: str) -> LaunchComm
             if f.startswith("--config-name="):
                 config_name = f.split("=", 1)[1]
                 continue
+            if expect_config_path:
+                config_path, expect_config_path = f, False
+                continue
+            if f in ("--config-path", "-cp"):
+                expect_config_path = True
+                continue
+            if f.startswith("--config-path="):
+                config_path = f.split("=", 1)[1]
+                continue
             if f.startswith("-"):
                 continue
             m = re.match(r"^[+]{0,2}([A-Za-z0-9_.@/\-]+)=(.*)$", f, re.S)
@@ -283,7 +337,16 @@ def _build_launch(cmd: Command, idx: int, shell: Shell, text: str) -> LaunchComm
     prefix = text[line_start:anchor.start]
     if re.match(r"[ \t]*\\\r?\n", text[insert_at:]) and prefix.strip() == "":
         indent = prefix   # one argument per line: the new argument gets its own line
+    prefix_env: Dict[str, Value] = {}
+    program = ""
+    for t in cmd.words[:idx]:
+        m = ASSIGN_PREFIX_RE.match(t.raw)
+        if m and not program:
+            prefix_env[m.group(1)] = shell.expand_string(t.raw[m.end():])
+        elif not program:
+            program = t.raw
     return LaunchCommand(module, cmd.line, cmd.words, fields, overrides, config_name, passthrough,
-                         insert_at, indent, cmd.conditional, cmd.in_function)
+                         insert_at, indent, cmd.conditional, cmd.in_function, config_path=config_path,
+                         program=program, env=prefix_env)
 
 
