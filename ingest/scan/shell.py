@@ -40,6 +40,8 @@ class Unknown:
 
 Value = Union[str, Unknown]
 
+#: a word that is only ``"$@"`` / ``"${@}"`` / ``"${NAME[@]}"`` (quoted: one field per element)
+_ALL_ELEMENTS_RE = re.compile(r'"\$(?:@|\{@\}|\{[A-Za-z_][A-Za-z0-9_]*\[@\]\})"')
 #: ``NAME=`` / ``NAME+=`` at the start of a word (an assignment).
 ASSIGN_PREFIX_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 #: a Hydra ``key=`` at the start of a word (``+``/``++``/``~`` prefixes allowed).
@@ -183,8 +185,12 @@ class Shell:
 
     def expand_word(self, raw: str) -> List[Value]:
         """Fields a word expands to (unquoted expansions split on whitespace; ``"$@"`` and
-        ``"${A[@]}"`` give one field per element). An unknown ``key=...`` word keeps its key."""
+        ``"${A[@]}"`` give one field per element, and no field at all when empty — bash(1),
+        "Special Parameters": ``"$@"`` with no positional parameters expands to nothing). An
+        unknown ``key=...`` word keeps its key."""
         fields = self._expand(raw, split=True)
+        if fields == [""] and _ALL_ELEMENTS_RE.fullmatch(raw):
+            return []
         m = KEY_RAW_RE.match(raw)
         if m and len(fields) == 1 and isinstance(fields[0], Unknown) and fields[0].key is None:
             fields = [Unknown(fields[0].reason, key=m.group(1))]

@@ -98,7 +98,7 @@ DEFAULT_MARK = "verl default"
 
 def is_default(source: str) -> bool:
     """Whether a config source says the value is verl's default rather than the script's."""
-    return source.startswith(DEFAULT_MARK) or source.startswith("verl megatron default")
+    return source.startswith((DEFAULT_MARK, "verl megatron default", "config default"))
 
 
 def extract_config(launch: LaunchCommand, shell: Shell, script: Path,
@@ -172,7 +172,7 @@ def extract_config(launch: LaunchCommand, shell: Shell, script: Path,
         if cfg[name] != UNKNOWN:
             continue
         if key in file_values:
-            cfg[name], src[name] = file_values[key], f"{DEFAULT_MARK} from {files[0]}"
+            cfg[name], src[name] = file_values[key], f"config default ({key.rsplit('.', 1)[1]} in {files[0]})"
         elif key in VERL_DEFAULTS:
             value, where = VERL_DEFAULTS[key]
             cfg[name], src[name] = value, (f"{DEFAULT_MARK} ({key.rsplit('.', 1)[1]}: {value}, {where} at verl "
