@@ -345,7 +345,9 @@ def dumps_maps() -> None:
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @click.option("--dry-run", is_flag=True, help="Stages 1-2 only: show the parsed config, checks and planned diff; write nothing.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Kill the RL run after this many seconds.")
-def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s):
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: the parsed config, checks and outcome as one JSON document on stdout (tables on stderr).")
+def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, fmt):
     """Run an RL launch script with the NPU profiler and report train-vs-infer operator differences.
 
     Stages: parse + environment check + backup, add the profiler block, run the whole script,
@@ -354,7 +356,7 @@ def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang,
     """
     from tilake.pipeline.scan import cli_scan
 
-    sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args))
+    sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args, fmt))
 
 
 # --- runs / sql / trend (across runs) --------------------------------------------------------

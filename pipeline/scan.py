@@ -2,16 +2,19 @@
 
 Stages (seed ``operator-diff-scanner``):
 
-1. parse the script (:mod:`.scan_script`), check the environment through the NPU seam
-   (:mod:`.scan_env`, :mod:`.npu_seam`), back the script up (:mod:`.scan_inject`);
+1. parse the script (:mod:`tilake.ingest.scan.script`), check the environment through the NPU
+   seam (:mod:`tilake.ingest.scan.env`, :mod:`tilake.ingest.scan.seam`), back the script up
+   (:mod:`tilake.ingest.scan.inject`);
 2. add the profiler block when there is none (idempotent, diff shown);
-3. run the whole script once with live progress (:mod:`.scan_run`), then verify the captures,
-   ``analyse()`` raw inference folders and apply the fallback chain (:mod:`.scan_collect`);
+3. run the whole script once with live progress (:mod:`tilake.ingest.scan.run`), then verify the
+   captures, ``analyse()`` raw inference folders and apply the fallback chain
+   (:mod:`tilake.ingest.scan.collect`);
 4–5. the foundation pipeline (:func:`tilake.pipeline.profile.run_profile`: ingest → dbt build → report).
 
 :func:`scan_from_output` runs stages 4–5 on recorded output (no NPU needed). The run id is
 derived from the resolved script path and the model id unless given, so scanning the same
-script again replaces that run's partitions in the lake.
+script again replaces that run's partitions in the lake. Console tables and the fallback-3 report
+are rendered by :mod:`tilake.pipeline.scan_print`.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import json
 import os
 import re
 import socket
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,18 +32,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
-from rich.table import Table
 
 from tilake.ingest.scan import seam as npu_seam
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake, validate_run_id
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
-from tilake.ingest.scan.collect import HOST_FALLBACK_LABEL, STAGE3_FILE, Stage3, collect, write_stage3
+from tilake.ingest.scan.collect import STAGE3_FILE, Stage3, collect, write_stage3
 from tilake.ingest.scan.env import NO_NPU_MESSAGE, Check, check_environment, failed, tool_versions
 from tilake.ingest.scan.inject import (BLOCK_BEGIN, backup_script, check_writable, fs_read_only, plan_injection, unified_diff,
                           write_script)
 from tilake.ingest.scan.run import RunResult, expected_wait, run_script
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
+from tilake.lake.registry import model_family_for
+from tilake.pipeline.scan_print import (print_checks, print_config, print_diff, print_stage3, stage1_json,
+                                        write_skipped_report)
 
 
 class ScanStopped(TilakeError):
@@ -73,24 +79,14 @@ class ScanResult:
 
 # ------------------------------------------------------------------------------ helpers
 def model_family(config: Dict[str, Any], script_dir: Path) -> tuple:
-    """``(family, source)``: ``model_type`` from the model's ``config.json`` when readable, else
-    the leading name of the model id (``Qwen3-0.6B`` → ``qwen3``), else ``unknown``."""
+    """``(family, source)`` of the scanned model (:func:`tilake.lake.registry.model_family_for`);
+    a relative model path is resolved from the script's folder."""
     mp = config.get("model_path", UNKNOWN)
+    path = None
     if mp != UNKNOWN:
         p = Path(str(mp)).expanduser()
-        p = p if p.is_absolute() else script_dir / p
-        try:
-            mt = json.loads((p / "config.json").read_text(encoding="utf-8")).get("model_type")
-            if mt:
-                return str(mt).split("_")[0].lower(), f"model_type in {p / 'config.json'}"
-        except (OSError, ValueError, AttributeError):
-            pass
-    mid = str(config.get("model_id", UNKNOWN))
-    if mid != UNKNOWN:
-        m = re.match(r"[a-z]+(?:\d+(?:\.\d+)?)?", mid.split("/")[-1].lower())
-        if m:
-            return m.group(0), "model id"
-    return UNKNOWN, "model id unknown"
+        path = p if p.is_absolute() else script_dir / p
+    return model_family_for(path, str(config.get("model_id", UNKNOWN)))
 
 
 def run_meta(parsed: Optional[ParsedScript], probe: Optional[NpuProbe], stage3: Optional[Stage3],
@@ -123,47 +119,6 @@ def _profiled_step(config: Dict[str, Any]) -> Optional[int]:
     """First step in ``global_profiler.steps`` (``[1]`` when tilake injected the block), else None."""
     m = re.search(r"\d+", str(config.get("hydra_overrides", {}).get("global_profiler.steps", "")))
     return int(m.group(0)) if m else None
-
-
-def _print_config(console: Console, parsed: ParsedScript) -> None:
-    t = Table(title=f"stage 1 · parsed {parsed.path.name} (launch command on line {parsed.launch.line})",
-              show_lines=False)
-    t.add_column("item")
-    t.add_column("value")
-    t.add_column("from", style="dim")
-    c = parsed.config
-    rows = [("training backend", "train_backend"), ("inference engine", "infer_backend"),
-            ("model path", "model_path"), ("model id", "model_id"), ("train TP", "train_tp"),
-            ("train PP", "train_pp"), ("train EP", "train_ep"), ("rollout TP", "infer_tp"),
-            ("max_prompt_length", "max_prompt_length"), ("max_response_length", "max_response_length"),
-            ("train_batch_size", "train_batch_size"), ("total_training_steps", "total_training_steps"),
-            ("NPU devices", "visible_devices"), ("rollout enforce_eager", "rollout_enforce_eager"),
-            ("rollout calculate_log_probs", "rollout_calculate_log_probs"), ("rollout n", "rollout_n")]
-    for label, key in rows:
-        v = c.get(key, UNKNOWN)
-        t.add_row(label, f"[yellow]{v}[/]" if v == UNKNOWN else str(v), parsed.sources.get(key, ""))
-    console.print(t)
-    for w in parsed.warnings + parsed.profiler.get("warnings", []):
-        console.print(f"  [yellow]note:[/] {escape(w)}")
-
-
-def _print_diff(console: Console, diff: str) -> None:
-    for line in diff.splitlines():
-        style = ("green" if line.startswith("+") else "red" if line.startswith("-")
-                 else "cyan" if line.startswith("@@") else "")
-        console.print(Text(line, style=style), soft_wrap=True)
-
-
-def _print_checks(console: Console, checks: List[Check]) -> None:
-    t = Table(title="stage 1 · environment check")
-    t.add_column("")
-    t.add_column("check")
-    t.add_column("found")
-    t.add_column("fix")
-    for c in checks:
-        mark = "[green]✓[/]" if c.ok else ("[red]✗[/]" if c.required else "[yellow]–[/]")
-        t.add_row(mark, c.name, c.detail, c.fix or "")
-    console.print(t)
 
 
 def _guard_output_dir(out: Path, script: Path) -> None:
@@ -222,16 +177,16 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     parsed = parse_script(script, env=env, args=script_args)
     rid = validate_run_id(run_id or parsed.run_id())
     res = ScanResult(rid, "dry_run" if dry_run else "running", parsed)
-    _print_config(console, parsed)
-    program = parsed.launch.words[0].raw
+    print_config(console, parsed)
+    program = parsed.launch.program
     python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
     probe_env = dict(env)
-    vis = parsed.variables.get("ASCEND_RT_VISIBLE_DEVICES")
+    vis = parsed.config.get("visible_devices", UNKNOWN)
     if isinstance(vis, str) and vis != UNKNOWN:
-        probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script exports it before launching
+        probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script sets it for the launch command
     probe = seam.probe(probe_env, python)
     res.checks = check_environment(parsed, probe, env)
-    _print_checks(console, res.checks)
+    print_checks(console, res.checks)
     bad = failed(res.checks)
     if not probe.real:
         console.print(f"[bold yellow]NPU seam: {probe.seam} — not torch_npu, no NPU data is produced[/]")
@@ -252,7 +207,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
         res.diff = unified_diff(parsed.text, plan.new_text, parsed.path.name, parsed.path.name + " (planned)")
         console.print(Panel(Text(plan.reason), title="stage 2 · profiler block (dry run: nothing written)"))
         if res.diff:
-            _print_diff(console, res.diff)
+            print_diff(console, res.diff)
         if bad:
             console.print(f"[red]{len(bad)} environment check(s) fail: the real scan would stop at stage 1[/]")
         return res
@@ -276,7 +231,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
                               f"from {backup.name}", path=parsed.path, hint="add the PROFILER block by hand")
         parsed = res.parsed = check
         console.print(Panel(Text(plan.reason), title="stage 2 · profiler block"))
-        _print_diff(console, res.diff)
+        print_diff(console, res.diff)
     else:
         console.print(Panel(Text(plan.reason + " — script left unchanged"), title="stage 2 · profiler block"))
 
@@ -306,7 +261,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     st.run = _run_record(run)
     res.stage3 = st
     write_stage3(st, output_dir / STAGE3_FILE)
-    _print_stage3(console, st)
+    print_stage3(console, st)
     collection = ("tilake scan: full RL script run, verl global_profiler (training e2e DB; rollout "
                   "discrete raw *_ascend_pt → analyse())")
     if not seam.real:
@@ -318,26 +273,6 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
 def _run_record(run: RunResult) -> Dict[str, Any]:
     return {"returncode": run.returncode, "interrupted": run.interrupted, "elapsed_s": round(run.elapsed_s, 1),
             "log": str(run.log_path) if run.log_path else None, "phases": run.phases, "reason": run.reason}
-
-
-def _print_stage3(console: Console, st: Stage3) -> None:
-    t = Table(title=f"stage 3 · captures and analyse() ({st.seam}{'' if st.real else ', not torch_npu'})")
-    t.add_column("#")
-    t.add_column("side")
-    t.add_column("operation")
-    t.add_column("result")
-    t.add_column("detail")
-    for o in st.operations:
-        t.add_row(str(o["n"]), o["side"], Text(o["operation"]) + Text("  " + o["target"], style="dim"),
-                  o["result"], Text((o["detail"] or "") + (f" (fallback {o['fallback']})" if o.get("fallback") else "")))
-    console.print(t)
-    for w in st.known_warnings:
-        console.print(Text("  known warning ", style="cyan") + Text(f"“{w['pattern']}” ×{w['count']}: {w['explanation']}"))
-    for s in ("train", "infer"):
-        status = st.side_status(s)
-        label = {"device": "device kernels", "host_fallback": HOST_FALLBACK_LABEL,
-                 "failed": "no usable evidence"}[status]
-        console.print(f"  {s}: [bold]{label}[/]")
 
 
 def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: Lake, rid: str, out_dir: Path,
@@ -389,7 +324,7 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
                           else "not a folder (expected a verl profiler_output/)", path=output_dir)
     parsed = parse_script(script, env=dict(os.environ if env is None else env)) if script else None
     if parsed is not None:
-        _print_config(console, parsed)
+        print_config(console, parsed)
         rid = run_id or parsed.run_id()
     else:
         from tilake.pipeline.profile import default_run_id
@@ -410,7 +345,7 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
         if st_json:
             console.print(f"stage 3 record of the original scan: {escape(str(recorded))}")
     res.stage3 = st
-    _print_stage3(console, st)
+    print_stage3(console, st)
     tags = {"scan": "from-output"}
     meta = run_meta(parsed, None, st, "tilake scan --from-output: recorded verl profiler output", tags)
     if recorded.is_file() and st_json:
@@ -430,81 +365,43 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress)
 
 
-# ------------------------------------------------------------------------------ fallback 3
-def write_skipped_report(st: Stage3, out_dir: Path, run_id: str, meta: Dict[str, Any], lang: str) -> Path:
-    """Seed fallback 3: the report when no comparison is possible — metadata, what was found on
-    each side and every operation attempted with its result; no grade is given."""
-    zh = lang == "zh"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    j = st.to_json()
-    L: List[str] = []
-    L.append(f"# {'训推算子一致性扫描报告' if zh else 'Train–infer operator diff report'} — {meta.get('model_id', UNKNOWN)}")
-    L.append("")
-    L.append("> **evidence_missing** — " + ("对比已跳过（兜底 3）：" if zh else "comparison skipped (fallback 3): ")
-             + j["reason"] + ("。本报告不给出任何“无差异”结论。" if zh else ". This report draws no \"no difference\" conclusion."))
-    L.append("")
-    L.append(f"## 1. {'元信息' if zh else 'Metadata'}")
-    L.append("")
-    L.append("| 项 | 值 |" if zh else "| Item | Value |")
-    L.append("|---|---|")
-    for k in ("model_id", "model_family", "train_backend", "infer_backend", "script_path", "collection_method"):
-        L.append(f"| {k} | {meta.get(k, UNKNOWN)} |")
-    L.append(f"| run_id | `{run_id}` |")
-    L.append(f"| parallel_config | {json.dumps(meta.get('parallel_config'), ensure_ascii=False)} |")
-    L.append(f"| NPU seam | {st.seam}{'' if st.real else (' (不是 torch_npu)' if zh else ' (not torch_npu)')} |")
-    L.append(f"| generated_at | {datetime.now().strftime('%Y-%m-%d %H:%M:%S')} |")
-    L.append("")
-    L.append(f"## 2. {'算子证据来源' if zh else 'Evidence sources'}")
-    L.append("")
-    L.append("| 路径侧 | 状态 | 目录 | DB | COMPUTE_TASK_INFO 行数 | 兜底 | 说明 |" if zh else
-             "| side | status | path | DB | COMPUTE_TASK_INFO rows | fallback | note |")
-    L.append("|---|---|---|---|---:|---|---|")
-    for s in st.sources:
-        L.append(f"| {s.side} | {s.label or s.status} | `{s.path}` | {s.db or '—'} | "
-                 f"{'—' if s.compute_task_info_rows is None else s.compute_task_info_rows} | {s.fallback or '—'} | {s.note} |")
-    L.append("")
-    L.append(f"## 3. {'采集阶段操作记录' if zh else 'Operations attempted'}")
-    L.append("")
-    for line in (meta.get("stage3") or {}).get("operations") or j["operations"]:
-        L.append(f"- {line}")
-    if st.known_warnings:
-        L.append("")
-        L.append("已识别的正常告警：" if zh else "Known, normal warnings:")
-        for w in st.known_warnings:
-            L.append(f"- “{w['pattern']}” ×{w['count']}: {w['explanation']}")
-    L.append("")
-    L.append(f"## 4. {'结论与建议' if zh else 'Conclusions and recommendations'}")
-    L.append("")
-    L.append("- **P0** " + ("补齐证据后重新扫描：" if zh else "complete the evidence and scan again: ")
-             + "; ".join(f"{s.side}: {s.note or s.status}" for s in st.sources if s.status == "failed"))
-    if any(s.side == "infer" and s.status == "failed" for s in st.sources):
-        L.append("- **P0** " + ("推理侧：确认 actor_rollout_ref.rollout.profiler.tool_config.npu.discrete=True，"
-                                "并在 Ascend 主机上执行 torch_npu.profiler.profiler.analyse(<*_ascend_pt>)"
-                                if zh else "inference side: make sure actor_rollout_ref.rollout.profiler."
-                                "tool_config.npu.discrete=True and run torch_npu.profiler.profiler.analyse(<*_ascend_pt>) "
-                                "on the Ascend host"))
-    L.append("")
-    path = out_dir / "train_infer_op_diff_report.md"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(L), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+def result_json(res: ScanResult) -> Dict[str, Any]:
+    """A scan's outcome as plain data (``tilake scan --format json``): stage 1 in full, the checks,
+    the planned or applied diff, and the outputs (paths as strings, None when not written)."""
+    def opt(p: Optional[Path]) -> Optional[str]:
+        return None if p is None else str(p)
+
+    return {"run_id": res.run_id, "status": res.status,
+            "stage1": stage1_json(res.parsed) if res.parsed is not None else None,
+            "checks": [{"name": c.name, "ok": c.ok, "required": c.required, "found": c.detail, "fix": c.fix}
+                       for c in res.checks],
+            "diff": res.diff, "backup": opt(res.backup), "output_dir": opt(res.output_dir),
+            "report": opt(res.report_path), "csv": opt(res.csv_path), "grade_counts": res.grade_counts,
+            "warnings": res.warnings}
 
 
 def cli_scan(script: Optional[Path], from_output: Optional[Path], lake_path: Optional[Path], run_id: Optional[str],
-             out_dir: Path, lang: str, dry_run: bool, timeout_s: Optional[float], script_args: Sequence[str]) -> int:
+             out_dir: Path, lang: str, dry_run: bool, timeout_s: Optional[float], script_args: Sequence[str],
+             fmt: str = "text") -> int:
     """Body of ``tilake scan`` (kept here so ``cli.py`` stays thin). Returns the exit status:
-    0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2)."""
+    0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2).
+    ``fmt="json"``: the tables go to stderr and :func:`result_json` is written to stdout."""
     if lang not in ("zh", "en"):
         raise TilakeError(f"--lang must be zh or en, not {lang!r}")
+    if fmt not in ("text", "json"):
+        raise TilakeError(f"--format must be text or json, not {fmt!r}")
+    console = Console(stderr=True) if fmt == "json" else None
     lake = Lake(lake_path)
     if from_output is not None:
         if dry_run or script_args:
             raise TilakeError("--from-output runs stages 4–5 only: --dry-run and script arguments do not apply")
-        res = scan_from_output(from_output, lake, run_id, out_dir, lang, script=script)
+        res = scan_from_output(from_output, lake, run_id, out_dir, lang, script=script, console=console,
+                               progress=fmt == "text")
     else:
         if script is None:
             raise TilakeError("give the RL launch script (tilake scan run_qwen3.sh) or --from-output DIR")
-        res = scan(script, lake, run_id, out_dir, lang, script_args=script_args, timeout_s=timeout_s, dry_run=dry_run)
+        res = scan(script, lake, run_id, out_dir, lang, script_args=script_args, timeout_s=timeout_s, dry_run=dry_run,
+                   console=console, progress=fmt == "text")
+    if fmt == "json":
+        sys.stdout.write(json.dumps(result_json(res), ensure_ascii=False, indent=2, default=str) + "\n")
     return 1 if res.status == "comparison_skipped" else 0

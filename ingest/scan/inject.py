@@ -224,6 +224,16 @@ def write_script(script: Path, new_text: str) -> None:
 
 
 def unified_diff(old_text: str, new_text: str, old_name: str, new_name: str) -> str:
-    """Unified diff (3 lines of context) between two script texts."""
-    return "".join(difflib.unified_diff(old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                        fromfile=old_name, tofile=new_name))
+    """Unified diff (3 lines of context) between two script texts.
+
+    A last line without a newline is marked ``\\ No newline at end of file`` (the GNU diff
+    convention ``patch`` reads), so the diff of a script that ends without one stays applicable
+    and every diff line ends with a newline.
+    """
+    out = []
+    for line in difflib.unified_diff(old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                     fromfile=old_name, tofile=new_name):
+        out.append(line)
+        if not line.endswith("\n"):
+            out.append("\n\\ No newline at end of file\n")
+    return "".join(out)

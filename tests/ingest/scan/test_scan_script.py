@@ -52,13 +52,15 @@ def test_fsdp_continuations_conditionals_and_arithmetic():
     p = parse_script(DATA / "grpo_qwen25_fsdp_vllm.sh", env=ENV)
     c, ov = p.config, p.config["hydra_overrides"]
     assert c["train_backend"] == "fsdp" and "ppo_trainer" in p.sources["train_backend"]
-    assert (c["train_tp"], c["train_pp"], c["train_ep"]) == (UNKNOWN, UNKNOWN, UNKNOWN)
+    assert (c["train_tp"], c["train_pp"], c["train_ep"]) == ("n/a (fsdp)",) * 3     # Megatron sizes: not FSDP's
     assert c["infer_tp"] == 2 and c["rollout_n"] == 5 and c["rollout_mode"] == "sync"
     assert c["model_id"] == "Qwen/Qwen2.5-7B-Instruct" and p.sources["model_id"] == "model path is a hub id"
     assert (c["max_prompt_length"], c["max_response_length"], c["train_batch_size"]) == (1024, 2048, 32)
     assert c["total_training_steps"] == 2
     assert c["visible_devices"] == "0,1,2,3"
-    assert c["rollout_enforce_eager"] == UNKNOWN and c["rollout_calculate_log_probs"] == UNKNOWN
+    # unset in the script: verl's defaults, labelled as such
+    assert c["rollout_enforce_eager"] is False and c["rollout_calculate_log_probs"] is False
+    assert p.sources["rollout_enforce_eager"].startswith("verl default (enforce_eager: False, ")
     assert ov["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == "6144"   # $(( (1024+2048)*2 ))
     assert ov["data.return_raw_chat"] == UNKNOWN                               # set only inside an if-block
     assert ov["data.train_files"] == "['/home/u/data/gsm8k/train.parquet']"
