@@ -39,6 +39,8 @@ class ProfileResult:
     status: str
     ingest: IngestResult
     warnings: List[str] = field(default_factory=list)
+    # html / numeric_csv / xlsx written beside the report
+    outputs: Dict[str, Path] = field(default_factory=dict)
 
 
 def _warning_text(node: tuple) -> str:
@@ -131,4 +133,5 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
                  for c in ing.captures if c.status not in ("ok",)]
     return ProfileResult(run_id, out["report"], out["csv"], out["runtime_ops"], out["chart"],
-                         out["grade_counts"], ev, status, ing, warnings)
+                         out["grade_counts"], ev, status, ing, warnings,
+                         {k: out[k] for k in ("html", "numeric_csv", "xlsx") if k in out})
