@@ -151,6 +151,27 @@ def _print_summary(res, console=None) -> None:
         console.print(f"ops:    {p}")
 
 
+JSON_OPTION = click.option("--json", "as_json", is_flag=True,
+                           help="Print a machine-readable JSON summary on stdout (nothing else goes to stdout).")
+
+
+def _echo_json(obj) -> None:
+    """One JSON document on stdout: paths and datetimes as strings, CJK kept as is."""
+    import json
+
+    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, default=str))
+
+
+def _profile_json(res, lake_root) -> dict:
+    """The summary of ``tilake run``/``example`` as a dict (what :func:`_print_summary` shows, and every output)."""
+    outputs = {"report": res.report_path, "csv": res.csv_path, "chart": res.chart_path,
+               "runtime_ops": list(res.runtime_ops), **res.outputs}
+    return {"run_id": res.run_id, "lake": lake_root, "status": res.status,
+            "grade_counts": {g: res.grade_counts.get(g, 0) for g in ("red", "orange", "yellow", "green",
+                                                                     "evidence_missing")},
+            "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs}
+
+
 PROFILE_OPTIONS = [
     click.option("--run-id", type=RUN_ID, help="Run id (default: derived from the folder name and path)."),
     click.option("--train", "train", multiple=True, type=click.Path(path_type=Path),
@@ -236,14 +257,17 @@ def report(run_id, out_dir, lang, lake_path):
               help="Folder for the outputs (default: the profiler_output folder's parent).")
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @LAKE_OPTION
+@JSON_OPTION
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
-            out_dir, lang, lake_path):
+            out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
 
-    res = run_command(profiler_output, _lake(lake_path), run_id, out_dir, lang, train, infer, allow_missing,
-                      model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
-    _print_summary(res)
+    lake = _lake(lake_path)
+    res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
+                      progress=not as_json, model_id=model_id, model_family=model_family,
+                      model_path=model_path, step=step, tags=tags)
+    _echo_json(_profile_json(res, lake.root)) if as_json else _print_summary(res)
 
 
 @main.command()
@@ -252,12 +276,14 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @click.option("--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Lake folder (default: <out>/lake).")
-def example(out_dir, lang, lake_path):
+@JSON_OPTION
+def example(out_dir, lang, lake_path, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it."""
     from tilake.pipeline.example import run_example
 
     res = run_example(out_dir, lake_path, lang)
-    _print_summary(res)
+    _echo_json(_profile_json(res, (lake_path or Path(out_dir) / "lake").resolve())) if as_json else _print_summary(res)
+
 
 # --- dumps (dump analysis) -------------------------------------------------------------------
 
@@ -297,14 +323,16 @@ def dumps_probe(train, infer, json_out) -> None:
 @LAKE_OPTION
 @click.option("--build/--no-build", default=False, help="Build the dump marts (dbt) after writing the lake.")
 @click.option("--charts/--no-charts", default=True, help="Embed charts in the HTML report.")
+@JSON_OPTION
 def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, request_tokens, cu_seqlens,
-                  logprob_json, run_id, lake_path, build, charts) -> None:
+                  logprob_json, run_id, lake_path, build, charts, as_json) -> None:
     """Compare two dumps boundary by boundary; write reports and the stub instruction."""
     from tilake.pipeline.dumps import run_analyze
     from tilake.reports.dumps_console import print_summary
 
-    print_summary(run_analyze(train, infer, out_dir, map_name, rounds, dict(card), request_index, cu_seqlens,
-                              logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens))
+    res = run_analyze(train, infer, out_dir, map_name, rounds, dict(card), request_index, cu_seqlens,
+                      logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens)
+    _echo_json(res) if as_json else print_summary(res)
 
 
 @dumps_group.command("stub-prepare")
@@ -363,15 +391,17 @@ def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang,
 
 @main.group("runs", invoke_without_command=True)
 @LAKE_OPTION
+@JSON_OPTION
 @click.pass_context
-def runs_group(ctx, lake_path) -> None:
+def runs_group(ctx, lake_path, as_json) -> None:
     """List the runs of the lake (rich table); `runs rm RUN` removes one, `runs diff A B` compares two."""
     ctx.obj = {"lake_path": lake_path}
     if ctx.invoked_subcommand is None:
         from tilake.lake.registry import list_runs, print_runs
 
         lake = _lake(lake_path)
-        print_runs(list_runs(lake), lake_root=lake.root)
+        runs = list_runs(lake)
+        _echo_json({"lake": lake.root, "runs": runs}) if as_json else print_runs(runs, lake_root=lake.root)
 
 
 @runs_group.command("rm")
@@ -452,11 +482,15 @@ def sql_cmd(query, fmt, output, max_rows, lake_path) -> None:
 @click.option("--no-chart", is_flag=True, help="Only print the table and sparklines.")
 @click.option("--list", "list_only", is_flag=True, help="List the named trends.")
 @LAKE_OPTION
-def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path) -> None:
+@JSON_OPTION
+def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) -> None:
     """A named trend across runs as a table with sparklines and a PNG line chart."""
     from tilake.pipeline.trend import list_trends, trend_command
     from tilake.reports.trends import print_trend
 
+    if as_json and list_only:
+        _echo_json({"trends": [{"name": n, "title": t, "unit": u} for n, t, u in list_trends()]})
+        return
     if list_only or not metric:
         for name, title, unit in list_trends():
             click.echo(f"{name:24} {title}" + (f" [{unit}]" if unit else ""))
@@ -464,6 +498,12 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path) -> None:
             raise TilakeError("give --metric NAME (one of the trends above)")
         return
     res, chart = trend_command(_lake(lake_path), metric, by, x, output, chart=not no_chart)
+    if as_json:
+        _echo_json({"metric": metric, "title": res.trend.title, "unit": res.trend.unit, "by": by, "x": x,
+                    "chart": chart, "series": [{"label": se.label, "points": [
+                        {"x": p[0], "value": p[1], "runs": p[2], "last_run_id": p[3]} for p in se.points]}
+                        for se in res.series]})
+        return
     print_trend(res)
     if chart is not None:
         click.echo(f"chart: {chart}")

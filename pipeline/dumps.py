@@ -49,16 +49,19 @@ def write_dump_outputs(an: "A.Analysis", card: Dict[str, Any], out_dir: Path,
 
     Returns:
         output name → path (``task_card``, ``boundary_results``, ``stub_instruction``,
-        ``report_source`` and the rendered ``alignment_report.{md,html}`` with charts).
+        ``report_source``, the rendered ``alignment_report.{md,html}`` with charts and
+        ``boundary_results_{csv,xlsx}``).
 
     Raises:
         TilakeError: the report templates are missing (install problem).
     """
     from tilake.reports.dumps_report import render_reports
+    from tilake.reports.tables import write_boundary_tables
 
     src = O.report_source(an, card)
     paths = O.write_outputs(an, card, Path(out_dir), src=src)
     paths.update(render_reports(src, Path(out_dir), charts=charts))
+    paths.update(write_boundary_tables(src, Path(out_dir)))  # boundary_results.csv / .xlsx
     return paths
 
 

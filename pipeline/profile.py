@@ -49,6 +49,8 @@ class ProfileResult:
     status: str
     ingest: IngestResult
     warnings: List[str] = field(default_factory=list)
+    # html / numeric_csv / xlsx written beside the report
+    outputs: Dict[str, Path] = field(default_factory=dict)
 
 
 def warning_text(node: tuple) -> str:
@@ -138,7 +140,8 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
                  for c in ing.captures if c.status not in ("ok",)]
     return ProfileResult(run_id, out["report"], out["csv"], out["runtime_ops"], out["chart"],
-                         out["grade_counts"], ev, status, ing, warnings)
+                         out["grade_counts"], ev, status, ing, warnings,
+                         {k: out[k] for k in ("html", "numeric_csv", "xlsx") if k in out})
 
 
 # ---------------------------------------------------------------------------------- CLI commands
@@ -220,8 +223,9 @@ def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh")
 
 def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
                 out_dir: Optional[PathLike] = None, lang: str = "zh", train: Sequence[PathLike] = (),
-                infer: Sequence[PathLike] = (), allow_missing: bool = False, **model: Any) -> ProfileResult:
-    """``tilake run``: :func:`run_profile` with the CLI's defaults.
+                infer: Sequence[PathLike] = (), allow_missing: bool = False, progress: bool = True,
+                **model: Any) -> ProfileResult:
+    """``tilake run``: :func:`run_profile` with the CLI's defaults (``progress=False``: no progress bars).
 
     The run id defaults to :func:`default_run_id`; ``out_dir`` to the profiler_output folder's parent
     (the working folder with explicit captures only).
@@ -231,4 +235,4 @@ def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optiona
         out_dir = Path(profiler_output).resolve().parent if profiler_output else Path(".")
     meta = run_meta(**model, collection_method=RECORDED)
     return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), meta, lang,
-                       train, infer, allow_missing)
+                       train, infer, allow_missing, progress=progress)

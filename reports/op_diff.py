@@ -253,6 +253,11 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     report = out_dir / "train_infer_op_diff_report.md"
     _atomic_write(report, md.encode("utf-8"))
     csv_path = write_csv(facts, out_dir / "operator_diff_table.csv", lang)
+    from tilake.reports import op_diff_html, tables  # HTML page, numeric CSV and xlsx of the same rows
+    ex = tables.mart_extras(warehouse, run_id)
+    rec = tables.comparison_records(facts, ex, csv_rows(facts, lang), lang)
+    extra = dict(html=op_diff_html.write_html(facts, out_dir, rec, ex["grades"], lang, chart), records=rec,
+                 **tables.write_op_diff_tables(facts, out_dir, rec, lang))
     jsons = []
     for side in ("train", "infer"):
         data = runtime_ops(facts, side)
@@ -265,5 +270,5 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     for r in facts["comparison"]:
         counts[r["grade"]] = counts.get(r["grade"], 0) + 1
     return {"report": report, "csv": csv_path, "runtime_ops": jsons, "chart": chart,
-            "grade_counts": counts, "facts": facts,
+            "grade_counts": counts, "facts": facts, **extra,
             "evidence": {"train": facts["run"]["train_evidence"], "infer": facts["run"]["infer_evidence"]}}

@@ -1,0 +1,289 @@
+"""Spreadsheet outputs a person can sum: ``operator_diff_table_numeric.csv``, ``operator_diff.xlsx`` and
+the dump analysis' ``boundary_results.csv``/``.xlsx``.
+
+The seed CSV (``operator_diff_table.csv``, :mod:`tilake.reports.op_diff`) keeps its exact header and its
+``Add(6484)+RmsNorm(2712)`` text cells; these companions hold the same rows with numbers as numbers
+(call counts, device time in µs) so a spreadsheet can sum and sort them. Layout follows msprobe
+compare's xlsx: one sheet per table, frozen header row, an autofilter, and a fill colour per grade (or
+per boundary status).
+
+Device time per comparison row and side is the sum of ``fct_side_ops.total_dur_ns`` over the row's op
+types (``reports/queries/op_diff_device_time.sql``, read-only on the marts); the mean is that total over
+the row's kernel calls, and the ratio is infer over train (what msprof-analyze ``compare`` shows as the
+duration ratio). A side without ops, or whose kernels carry no duration, has no device time (empty cell),
+never 0.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from tilake.errors import TilakeError
+from tilake.lake.duck import connect
+
+QUERIES = Path(__file__).resolve().parent / "queries"
+
+# fill colours (ARGB-less RGB hex) per grade, as in the report's key; text stays black for contrast
+GRADE_FILL = {"red": "FFC7CE", "orange": "FFDDB3", "yellow": "FFF2B3", "green": "C6EFCE",
+              "evidence_missing": "D9D9D9"}
+# boundary status → grade colour of the same meaning (msprobe compare colours mismatches red)
+STATUS_FILL = {"EXACT": GRADE_FILL["green"], "NOT_EXACT": GRADE_FILL["red"], "NONFINITE": GRADE_FILL["red"],
+               "SHAPE_DIFF": GRADE_FILL["orange"], "DTYPE_DIFF": GRADE_FILL["orange"],
+               "MISSING": GRADE_FILL["evidence_missing"], "evidence_missing": GRADE_FILL["evidence_missing"]}
+
+# (key, English header, Chinese header) of the comparison table's numeric form
+COMPARISON_COLUMNS: Sequence[Tuple[str, str, str]] = (
+    ("module", "module", "模块 ID"),
+    ("module_label", "module_label", "操作"),
+    ("train_ops", "train_ops", "训练算子"),
+    ("infer_ops", "infer_ops", "推理算子"),
+    ("train_calls", "train_calls", "训练调用次数"),
+    ("infer_calls", "infer_calls", "推理调用次数"),
+    ("train_device_us", "train_device_us", "训练 device 总时间 (µs)"),
+    ("infer_device_us", "infer_device_us", "推理 device 总时间 (µs)"),
+    ("train_mean_us", "train_mean_us", "训练平均时间 (µs)"),
+    ("infer_mean_us", "infer_mean_us", "推理平均时间 (µs)"),
+    ("device_ratio", "device_ratio_infer_over_train", "device 时间比 (推理/训练)"),
+    ("diff_type", "diff_type", "差异类型"),
+    ("grade", "grade", "差异等级"),
+    ("rule_id", "rule_id", "判定规则"),
+    ("train_code_path", "train_code_path", "训练代码路径"),
+    ("infer_code_path", "infer_code_path", "推理代码路径"),
+)
+SIDE_OP_COLUMNS = (("rank_in_side", "rank", "排名"), ("op_type", "op_type", "CANN 算子类型"),
+                   ("calls", "calls", "调用次数"), ("call_share", "call_share", "占比"),
+                   ("category", "category", "分类"), ("module", "module", "模块"), ("fused", "fused", "融合"),
+                   ("total_device_us", "total_device_us", "device 总时间 (µs)"),
+                   ("mean_device_us", "mean_device_us", "平均时间 (µs)"),
+                   ("example_kernel", "example_kernel", "示例 kernel"))
+CAPTURE_COLUMNS = (("side", "side", "侧"), ("rank", "rank", "rank"), ("source_kind", "source_kind", "来源类型"),
+                   ("status", "status", "状态"), ("kernel_count", "kernel_count", "算子数"),
+                   ("schema_variant", "schema_variant", "schema"), ("profiler_level", "profiler_level", "level"),
+                   ("truncated", "truncated", "截断"), ("reason", "reason", "原因"), ("path", "path", "DB 文件"))
+BOUNDARY_COLUMNS = ("round", "position", "boundary", "op", "status", "train_shape", "infer_shape", "train_dtype",
+                    "mismatch_count", "mismatch_fraction", "max_abs_diff", "tensor_ulp",
+                    "max_elem_ulp_significant", "signed_mean_ulp", "pattern", "class", "role", "reason")
+
+
+def mart_extras(warehouse: Path, run_id: str) -> Dict[str, Any]:
+    """What the HTML and spreadsheet outputs read beyond :func:`tilake.reports.op_diff.load_facts`
+    (read-only on the marts): device time per comparison row and side, and the grade seed.
+
+    Returns:
+        ``{"device": {(module, side): (total_dur_ns or None, calls)}, "grades": {grade: {"emoji",
+        "label_zh", "label_en", "color", "severity_rank"}}}`` (``seeds/grades.csv``, in severity
+        order); a side whose kernels carry no duration has ``None`` (not 0).
+    Raises:
+        TilakeError: the warehouse cannot be read (run ``tilake build``).
+    """
+    con = connect(Path(warehouse), read_only=True)
+    try:
+        rows = con.execute((QUERIES / "op_diff_device_time.sql").read_text(encoding="utf-8"),
+                           {"run_id": run_id}).fetchall()
+        cur = con.execute((QUERIES / "op_diff_grades.sql").read_text(encoding="utf-8"))
+        cols = [d[0] for d in cur.description]
+        grades = {r[0]: dict(zip(cols[1:], r[1:])) for r in cur.fetchall()}
+    except Exception as exc:
+        raise TilakeError(f"cannot read device time from the marts ({str(exc).splitlines()[0]}); "
+                          "run `tilake build`", path=warehouse) from exc
+    finally:
+        con.close()
+    return {"device": {(m, s): (int(ns) if ns else None, int(calls or 0)) for m, s, ns, calls in rows},
+            "grades": grades}
+
+
+def _us(ns: Optional[float]) -> Optional[float]:
+    return None if ns is None else round(ns / 1000.0, 3)
+
+
+def grade_label(grades: Dict[str, Dict[str, Any]], grade: str, lang: str = "zh") -> str:
+    """``🔴 高差异`` / ``🔴 high`` from the grade seed (an unknown grade reads as evidence missing)."""
+    g = grades.get(grade) or grades.get("evidence_missing") or {"emoji": "⚪", "label_zh": "证据缺失",
+                                                                  "label_en": "evidence missing"}
+    return f"{g['emoji']} {g['label_zh'] if lang == 'zh' else g['label_en']}"
+
+
+def comparison_records(facts: Dict[str, Any], extras: Dict[str, Any], text_rows: Sequence[Sequence[str]],
+                       lang: str = "zh") -> List[Dict[str, Any]]:
+    """One dict per comparison row with counts and device time as numbers (µs, 3 decimals).
+
+    Args:
+        facts: :func:`tilake.reports.op_diff.load_facts` of one run.
+        extras: :func:`mart_extras` of the same run.
+        text_rows: :func:`tilake.reports.op_diff.csv_rows` of the same facts and ``lang`` (the seed
+            CSV's text cells: ``Add(6484)+RmsNorm(2712)``, code paths), one per comparison row.
+    Returns:
+        Dicts with the keys of :data:`COMPARISON_COLUMNS` plus ``grade_label``; ``*_ops`` is ''
+        for a side without ops; ``device_ratio`` is infer total / train total, ``None`` when either
+        side has no device time.
+    """
+    out = []
+    device = extras["device"]
+    for r, text in zip(facts["comparison"], text_rows):
+        rec: Dict[str, Any] = {"module": r["module"], "module_label": text[0], "diff_type": text[5],
+                               "grade": r["grade"], "rule_id": r["rule_id"],
+                               "grade_label": grade_label(extras["grades"], r["grade"], lang),
+                               "train_code_path": text[7], "infer_code_path": text[8]}
+        for side, col in (("train", 1), ("infer", 2)):
+            ops = r[f"{side}_ops"] or []
+            rec[f"{side}_ops"] = text[col] if ops else ""
+            calls = int(sum(r[f"{side}_op_calls"] or []))
+            rec[f"{side}_calls"] = calls
+            ns = device.get((r["module"], side), (None, 0))[0] if ops else None
+            rec[f"{side}_device_us"] = _us(ns)
+            rec[f"{side}_mean_us"] = _us(ns / calls) if ns is not None and calls else None
+        t, i = rec["train_device_us"], rec["infer_device_us"]
+        rec["device_ratio"] = round(i / t, 4) if t and i is not None else None
+        out.append(rec)
+    return out
+
+
+def side_op_records(facts: Dict[str, Any], side: str) -> List[Dict[str, Any]]:
+    """The ranked op types of one side (report sections 3/4) with device time in µs."""
+    out = []
+    for o in facts["side_ops"]:
+        if o["side"] != side:
+            continue
+        ns = o["total_dur_ns"]
+        calls = int(o["calls"])
+        out.append({"rank_in_side": int(o["rank_in_side"]), "op_type": o["op_type"], "calls": calls,
+                    "call_share": round(float(o["call_share"]), 6), "category": o["category"],
+                    "module": o["module"], "fused": bool(o["fused"]),
+                    "total_device_us": _us(int(ns)) if ns is not None else None,
+                    "mean_device_us": _us(int(ns) / calls) if ns is not None and calls else None,
+                    "example_kernel": o["example_kernel"]})
+    return out
+
+
+def _cell(v: Any) -> Any:
+    """A value as a spreadsheet cell: numbers stay numbers, lists become ``a×b`` / ``a, b`` text."""
+    if isinstance(v, (list, tuple)):
+        return "×".join(str(x) for x in v) if all(isinstance(x, int) for x in v) else ", ".join(map(str, v))
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items())
+    return v
+
+
+def atomic_write(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temp file and a rename (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def write_csv_rows(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:
+    """UTF-8 CSV with BOM (Excel opens CJK text right); numbers unquoted, ``None`` as an empty cell."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for row in rows:
+        w.writerow(["" if v is None else _cell(v) for v in row])
+    return atomic_write(Path(path), b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
+
+
+def write_xlsx(path: Path, sheets: Sequence[Dict[str, Any]]) -> Path:
+    """Write an xlsx with one sheet per table (openpyxl).
+
+    Args:
+        sheets: ``{"title", "header": [str], "rows": [[value]], "fills": [hex or None per row],
+            "fill_col": column index coloured (default: the whole row), "percent_cols": [index]}``.
+    Each sheet gets a bold frozen header row, an autofilter over its range and column widths from
+    the longest cell (capped at 60 characters).
+    """
+    from openpyxl import Workbook
+    from openpyxl.styles import Font, PatternFill
+    from openpyxl.utils import get_column_letter
+
+    wb = Workbook()
+    wb.remove(wb.active)
+    for sh in sheets:
+        ws = wb.create_sheet(sh["title"][:31])
+        ws.append(list(sh["header"]))
+        for c in ws[1]:
+            c.font = Font(bold=True)
+        fills = sh.get("fills") or []
+        for n, row in enumerate(sh["rows"]):
+            ws.append(["" if v is None else _cell(v) for v in row])
+            colour = fills[n] if n < len(fills) else None
+            if colour:
+                fill = PatternFill("solid", start_color=colour, end_color=colour)
+                cells = ws[n + 2] if sh.get("fill_col") is None else [ws.cell(n + 2, sh["fill_col"] + 1)]
+                for c in cells:
+                    c.fill = fill
+        for idx in sh.get("percent_cols", ()):
+            for (c,) in ws.iter_rows(min_row=2, min_col=idx + 1, max_col=idx + 1):
+                c.number_format = "0.0%"
+        ws.freeze_panes = "A2"
+        ws.auto_filter.ref = ws.dimensions
+        for i, h in enumerate(sh["header"], start=1):
+            width = max([len(str(h))] + [len(str(_cell(r[i - 1]) or "")) for r in sh["rows"]])
+            ws.column_dimensions[get_column_letter(i)].width = min(60, width + 2)
+    buf = io.BytesIO()
+    wb.save(buf)
+    return atomic_write(Path(path), buf.getvalue())
+
+
+def write_op_diff_tables(facts: Dict[str, Any], out_dir: Path, records: List[Dict[str, Any]],
+                         lang: str = "zh") -> Dict[str, Path]:
+    """Write ``operator_diff_table_numeric.csv`` (English header) and ``operator_diff.xlsx``.
+
+    The xlsx has sheets comparison / training ops / inference ops / captures, headers in ``lang``;
+    grade fills follow the report's colours (:data:`GRADE_FILL`).
+
+    Args:
+        records: :func:`comparison_records` of ``facts``.
+    Returns:
+        ``{"numeric_csv": Path, "xlsx": Path}``.
+    """
+    keys = [k for k, _en, _zh in COMPARISON_COLUMNS]
+    rows = [[r[k] for k in keys] for r in records]
+    out_dir = Path(out_dir)
+    csv_path = write_csv_rows(out_dir / "operator_diff_table_numeric.csv", [en for _k, en, _zh in COMPARISON_COLUMNS],
+                              rows)
+    head = (lambda cols: [zh if lang == "zh" else en for _k, en, zh in cols])
+    xrows = [[r["grade_label"] if k == "grade" else r[k] for k in keys] for r in records]
+    sheets = [{"title": "对比表" if lang == "zh" else "comparison", "header": head(COMPARISON_COLUMNS),
+               "rows": xrows, "fills": [GRADE_FILL.get(r["grade"]) for r in records]}]
+    for side in ("train", "infer"):
+        ops = side_op_records(facts, side)
+        sheets.append({"title": (("训练" if side == "train" else "推理") + "算子") if lang == "zh" else f"{side} ops",
+                       "header": head(SIDE_OP_COLUMNS),
+                       "rows": [[o[k] for k, _en, _zh in SIDE_OP_COLUMNS] for o in ops], "percent_cols": [3]})
+    caps = facts.get("captures") or []
+    sheets.append({"title": "采集健康度" if lang == "zh" else "captures", "header": head(CAPTURE_COLUMNS),
+                   "rows": [[c.get(k) for k, _en, _zh in CAPTURE_COLUMNS] for c in caps],
+                   "fills": [None if c.get("status") == "ok" else GRADE_FILL["evidence_missing"] for c in caps]})
+    return {"numeric_csv": csv_path, "xlsx": write_xlsx(out_dir / "operator_diff.xlsx", sheets)}
+
+
+def write_boundary_tables(src: Dict[str, Any], out_dir: Path) -> Dict[str, Path]:
+    """``boundary_results.csv`` and ``boundary_results.xlsx`` from ``report_source.json``'s boundaries.
+
+    One row per boundary per round (:data:`BOUNDARY_COLUMNS`; shapes as ``4×1024``, ULP and diffs as
+    numbers); the xlsx adds a sheet of independent difference points. Status fills: EXACT green,
+    NOT_EXACT/NONFINITE red, SHAPE_DIFF/DTYPE_DIFF orange, MISSING/evidence_missing grey.
+
+    Returns:
+        ``{"boundary_results_csv": Path, "boundary_results_xlsx": Path}``.
+    """
+    bounds = src.get("boundaries") or []
+    rows = [[b.get(k) for k in BOUNDARY_COLUMNS] for b in bounds]
+    out_dir = Path(out_dir)
+    csv_path = write_csv_rows(out_dir / "boundary_results.csv", BOUNDARY_COLUMNS, rows)
+    point_cols = ("round", "boundary", "class", "max_abs_diff", "tensor_ulp", "pattern", "evidence")
+    points = src.get("points") or []
+    sheets = [{"title": "boundaries", "header": BOUNDARY_COLUMNS, "rows": rows,
+               "fills": [STATUS_FILL.get(b.get("status")) for b in bounds],
+               "fill_col": BOUNDARY_COLUMNS.index("status")},
+              {"title": "difference points", "header": point_cols,
+               "rows": [[("; ".join(p.get(k) or []) if k == "evidence" else p.get(k)) for k in point_cols]
+                        for p in points],
+               "fills": [GRADE_FILL["red"] if p.get("class") == "logic-level" else GRADE_FILL["yellow"]
+                         for p in points]}]
+    return {"boundary_results_csv": csv_path, "boundary_results_xlsx": write_xlsx(out_dir / "boundary_results.xlsx",
+                                                                                  sheets)}

@@ -1,0 +1,172 @@
+"""``train_infer_op_diff_report.html``: structure, device time, escaping, and a real browser at 1,400 px."""
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import pytest
+
+from tilake.reports.op_diff import csv_rows, load_facts
+from tilake.reports.op_diff_html import render_html
+from tilake.reports.tables import comparison_records, mart_extras
+
+from conftest import raw_device_ns
+
+
+class _Rows(HTMLParser):
+    """Cells of ``<table id="cmp">``'s body rows as text, and every ``<script src>`` / ``<link href>``."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.external, self._in, self._cell = [], [], False, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and a.get("id") == "cmp":
+            self._in = True
+        if tag in ("script", "img", "link") and (a.get("src") or a.get("href") or "").startswith(("http", "//")):
+            self.external.append(a)
+        if self._in and tag == "tr":
+            self.rows.append([])
+        if self._in and tag == "td":
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._in = False
+        if self._in and tag == "td" and self._cell is not None:
+            self.rows[-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+@pytest.fixture(scope="module")
+def html(example_run):
+    out, _res = example_run
+    return (out / "train_infer_op_diff_report.html").read_text(encoding="utf-8")
+
+
+def _row(html, label):
+    p = _Rows()
+    p.feed(html)
+    assert not p.external, p.external  # self-contained: no CDN
+    return next(r for r in p.rows if r and r[0] == label)
+
+
+def test_html_written_beside_the_markdown(example_run):
+    out, res = example_run
+    assert res.report_path.parent == out
+    assert (out / "train_infer_op_diff_report.html").stat().st_size > 10_000
+
+
+def test_comparison_table_has_grade_rule_and_device_time(example_run, html):
+    out, _ = example_run
+    att = _row(html, "注意力")
+    assert att[1:5] == ["FlashAttentionScore", "FusedInferAttentionScore", "672", "224"]
+    t_ns = raw_device_ns(out / "lake", "train", ["FlashAttentionScore"])
+    i_ns = raw_device_ns(out / "lake", "infer", ["FusedInferAttentionScore"])
+    assert att[5] == f"{t_ns / 1000:,.1f} / {t_ns / 1000 / 672:,.1f}"
+    assert att[6] == f"{i_ns / 1000:,.1f} / {i_ns / 1000 / 224:,.1f}"
+    assert att[7] == f"{i_ns / t_ns:.2f}×"
+    assert att[9] == "🔴 高差异" and att[10].startswith("different_fused_kernel")
+    # a one-side-only row says so, with its grade; never "none"
+    kv = _row(html, "KV Cache")
+    assert kv[8] == "推理独有" and kv[9] == "🟢 无差异" and kv[5] == "— / —" and kv[7] == "—"
+
+
+def test_long_sequences_fold_into_details(html):
+    back = _row(html, "反向传播")
+    assert back[1].startswith("RmsNormGrad(904)+… (6 种)")     # summary line, the rest inside <details>
+    assert re.search(r"<details><summary>RmsNormGrad\(904\)\+… \(6 种\)</summary><div class=\"seq\">RmsNormGrad\(904\)\n",
+                     html)
+
+
+def test_key_filters_sections_stacks_and_inline_chart(example_run, html):
+    _out, res = example_run
+    for g in ("g-red", "g-orange", "g-yellow", "g-green", "g-evidence_missing"):
+        assert f'class="g {g}"' in html  # grade key
+    assert 'id="flt"' in html and html.count('class="gf"') == 4    # text filter + one box per present grade
+    assert "addEventListener('click'" in html                     # sortable headers
+    sections = re.findall(r'<section class="mod" id="m-([a-z_]+)">', html)
+    assert len(sections) == sum(res.grade_counts.values()) == 15
+    assert html.count("<details><summary>调用栈") >= 3 and "flash_attention.py" in html
+    assert re.search(r'src="data:image/png;base64,[A-Za-z0-9+/]{1000,}', html)
+
+
+def _page(wh, facts, lang):
+    ex = mart_extras(wh, facts["run"]["run_id"])
+    return render_html(facts, comparison_records(facts, ex, csv_rows(facts, lang), lang), ex["grades"], lang)
+
+
+def test_english_page(example_run):
+    out, res = example_run
+    page = _page(out / "lake" / "warehouse.duckdb", load_facts(out / "lake" / "warehouse.duckdb", res.run_id), "en")
+    assert "Core comparison: training vs inference" in page
+    assert _row(page, "KV cache")[8] == "inference only"
+
+
+def test_values_from_the_marts_are_escaped(example_run):
+    out, res = example_run
+    wh = out / "lake" / "warehouse.duckdb"
+    facts = copy.deepcopy(load_facts(wh, res.run_id))
+    evil = '<script>alert("x")</script>&'
+    facts["comparison"][0]["module_label_zh"] = evil
+    facts["comparison"][0]["rule_zh"] = evil
+    facts["call_stacks"][0]["stack"] = evil
+    facts["run"]["script_path"] = evil
+    page = _page(wh, facts, "zh")
+    assert evil not in page
+    assert page.count("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&amp;") >= 4
+    assert page.count("<script>") == 1  # only the page's own sorter
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        exe = shutil.which(name)
+        if exe:
+            return exe
+    return None
+
+
+PROBE = """<script>
+window.addEventListener('load', function () {
+  var ths = document.querySelectorAll('#cmp th');
+  ths[3].click(); ths[3].click();                       /* train calls, descending */
+  var first = document.querySelector('#cmp tbody tr td').textContent;
+  document.getElementById('flt').value = 'rope'; document.getElementById('flt').dispatchEvent(new Event('input'));
+  var probe = document.createElement('pre'); probe.id = 'probe';
+  probe.textContent = JSON.stringify({scroll: document.documentElement.scrollWidth, first: first,
+                                      shown: document.getElementById('shown').textContent});
+  document.body.appendChild(probe);
+});
+</script>"""
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no headless Chromium here (apt-get install chromium to run it)")
+def test_headless_chromium_1400px(example_run, html, tmp_path):
+    """The page at 1,400 px: no horizontal scroll, sorting and filtering work, a screenshot renders."""
+    import json
+
+    exe = _chromium()
+    page = tmp_path / "probe.html"
+    page.write_text(html.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1000"]
+    dom = subprocess.run(args + ["--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'<pre id="probe">(.*?)</pre>', dom)
+    assert m, dom[-2000:]
+    got = json.loads(m.group(1).replace("&quot;", '"'))
+    assert got["scroll"] <= 1400, got                     # readable at 1,400 px without scrolling sideways
+    assert got["first"] == "MatMul（线性层）"              # most training calls (4,521)
+    assert got["shown"] == "1 / 15"                        # the text filter
+    shot = tmp_path / "shot.png"
+    subprocess.run(args + [f"--screenshot={shot}", (example_run[0] / "train_infer_op_diff_report.html").as_uri()],
+                   capture_output=True, timeout=120)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(data[16:20], "big") == 1400
