@@ -447,8 +447,10 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="File for --format csv|json|parquet (never inside the lake).")
 @click.option("--max-rows", type=int, default=200, show_default=True, help="Rows shown in the terminal table.")
+@click.option("--allow-external-access", is_flag=True,
+              help="Let the query read files outside the lake (read_csv('/x.csv')); off by default.")
 @LAKE_OPTION
-def sql_cmd(query, fmt, output, max_rows, lake_path) -> None:
+def sql_cmd(query, fmt, output, max_rows, allow_external_access, lake_path) -> None:
     """Read-only SQL over the warehouse marts (raw tables as raw_<table>); no QUERY opens a shell."""
     from tilake.lake import sql as runs_sql
 
@@ -456,16 +458,16 @@ def sql_cmd(query, fmt, output, max_rows, lake_path) -> None:
     if query is None:
         if fmt != "table" or output:
             raise TilakeError("--format/--output need a QUERY")
-        sys.exit(runs_sql.open_shell(lake))
+        sys.exit(runs_sql.open_shell(lake, allow_external_access=allow_external_access))
     if fmt == "table":
         if output:
             raise TilakeError("--output needs --format csv, json or parquet")
-        cols, rows = runs_sql.query(lake, query)
+        cols, rows = runs_sql.query(lake, query, allow_external_access)
         runs_sql.print_result(cols, rows, max_rows)
         return
     if output is None:
         raise TilakeError(f"--format {fmt} needs --output FILE")
-    n = runs_sql.export(lake, query, fmt, output)
+    n = runs_sql.export(lake, query, fmt, output, allow_external_access)
     click.echo(f"wrote {n} row(s) to {output}")
 
 

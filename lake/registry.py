@@ -240,12 +240,13 @@ def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Pat
     """Render :func:`list_runs` output as a rich table (one row per run); an empty lake names its folder."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = console or Console()
     if not runs:
         where = f" ({lake_root})" if lake_root else ""
         console.print(f"no runs in this lake{where} yet (tilake ingest / tilake run / tilake dumps analyze --run-id "
-                      "add them; another lake: --lake DIR or TILAKE_LAKE)", soft_wrap=True)
+                      "add them; another lake: --lake DIR or TILAKE_LAKE)", soft_wrap=True, markup=False)
         return
     rows = []
     for r in runs:
@@ -268,8 +269,8 @@ def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Pat
     for c in cols:
         t.add_column(c, justify="right" if c in ("step", "kernels train/infer", "captures") else "left",
                      overflow="fold")
-    for row in rows:
-        t.add_row(*[row[c] for c in cols])
+    for row in rows:   # run fields are the user's text: shown literally, never as rich markup
+        t.add_row(*[Text(row[c]) for c in cols])
     console.print(t)
 
 

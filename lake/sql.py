@@ -1,21 +1,31 @@
 """``tilake sql``: read-only SQL over the warehouse (marts) and the raw lake tables.
 
-Three walls keep the lake unchanged:
+Three walls keep the lake (and the rest of the disk) unchanged:
 
-1. the warehouse is opened with DuckDB ``read_only=True`` (any write statement fails inside
-   DuckDB: "Cannot execute statement of type INSERT ... in read-only mode");
-2. only ``SELECT``-type statements (SELECT, WITH, VALUES, FROM-first, SHOW, DESCRIBE, SUMMARIZE,
-   PRAGMA listing) and ``EXPLAIN`` are accepted, checked with DuckDB's own parser
-   (``extract_statements``) before anything runs; COPY, EXPORT, ATTACH, INSTALL/LOAD, SET,
-   CALL, CREATE, INSERT, UPDATE, DELETE, DROP … are refused with one line;
-3. configuration is locked after setup (``lock_configuration``), extension auto-install/load
-   is off, and ``--output`` files may not be written inside the lake folder.
+1. only SELECT-type statements (SELECT, WITH, VALUES, FROM-first, SHOW, DESCRIBE, SUMMARIZE,
+   PIVOT with an IN list, listing PRAGMAs) and ``EXPLAIN``/``EXPLAIN ANALYZE`` *of such a
+   statement* run. The decision is made on the statement DuckDB will execute, with DuckDB's own
+   parser (``extract_statements``; :func:`executed_statements` unwraps ``EXPLAIN [ANALYZE]
+   [(options)]`` with ``duckdb.tokenize`` and parses the inner text again, failing closed when it
+   cannot tell): ``EXPLAIN ANALYZE COPY … TO …`` runs the COPY inside DuckDB, so it is refused
+   like a bare COPY. PREPARE/EXECUTE, COPY, EXPORT, ATTACH, INSTALL/LOAD, SET, CALL, CREATE,
+   INSERT, UPDATE, DELETE, DROP, … are refused with one line naming the statement type;
+2. the warehouse is opened with DuckDB ``read_only=True`` (a write that slipped through fails
+   inside DuckDB: "Cannot execute statement of type INSERT ... in read-only mode");
+3. file access is limited to the lake folder (``SET allowed_directories``, then
+   ``enable_external_access=false``: ``read_csv('/etc/passwd')``, ``COPY … TO '/tmp/x'``,
+   ``INSTALL``/``LOAD`` fail with DuckDB's "Permission Error") unless the caller opts in
+   (``tilake sql --allow-external-access``; never for queries read from files such as trend
+   definitions), extension auto-install/load is off, and the configuration is locked
+   (``lock_configuration``), so no statement can undo any of this. ``--output`` files may not be
+   written inside the lake folder.
 
 Raw tables are reachable as temporary views ``raw_<table>`` (e.g. ``raw_kernels``) over the
 lake's Parquet (created only when the query names them, so marts-only queries stay fast).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -29,8 +39,11 @@ from tilake.lake.duck import connect, sql_str
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake, raw_source
 
-ALLOWED_TYPES = {"SELECT", "EXPLAIN"}
+ALLOWED_TYPES = {"SELECT"}
+"""Statement types that run (after unwrapping EXPLAIN): DuckDB's ``StatementType.SELECT`` covers
+SELECT/WITH/VALUES/FROM-first/SHOW/DESCRIBE/SUMMARIZE/UNPIVOT and the listing PRAGMAs."""
 FORMATS = ("csv", "json", "parquet")
+_EXPLAIN_FLAGS = ("ANALYZE", "ANALYSE")
 
 
 def duckdb_error_line(exc: BaseException) -> str:
@@ -55,12 +68,36 @@ def _raw_views(con, lake: Lake, only: Optional[Sequence[str]] = None) -> List[st
     return made
 
 
-def open_readonly(lake: Lake, sql_hint: Optional[str] = None):
-    """Read-only connection to ``warehouse.duckdb`` with ``raw_<table>`` views and locked config.
+def _lock_down(con, lake: Lake, allow_external_access: bool = False,
+               allowed_paths: Sequence[Path] = ()) -> None:
+    """Limit file access of ``con`` to the lake folder (plus ``allowed_paths``) and lock the config.
+
+    DuckDB checks ``allowed_directories`` on the resolved path, so the staging views that read the
+    lake through its safe link (``warehouse.dbt_lake_root``) keep working. Must run after the raw
+    views are created and before any user SQL (parsing included: ``IMPORT DATABASE`` reads files
+    while it is parsed).
+    """
+    con.execute("SET enable_progress_bar = false")
+    if not allow_external_access:
+        con.execute(f"SET allowed_directories = [{sql_str(str(lake.root) + '/')}]")
+        if allowed_paths:
+            con.execute("SET allowed_paths = [" + ", ".join(sql_str(p) for p in allowed_paths) + "]")
+        con.execute("SET enable_external_access = false")
+    con.execute("SET allow_community_extensions = false")
+    con.execute("SET lock_configuration = true")
+
+
+def open_readonly(lake: Lake, sql_hint: Optional[str] = None, allow_external_access: bool = False,
+                  allowed_paths: Sequence[Path] = ()):
+    """Read-only connection to ``warehouse.duckdb`` with ``raw_<table>`` views, file access limited
+    to the lake folder, and locked config.
 
     Args:
         sql_hint: the query about to run; only the raw views it names are created
             (None creates all of them).
+        allow_external_access: let queries read files outside the lake (``read_csv('/x.csv')``);
+            off by default, and never on for queries that come from files.
+        allowed_paths: single files the connection may also touch (the ``--output`` temp file).
     Raises:
         TilakeError: the warehouse does not exist or cannot be opened (e.g. held by an old-style
             writer); the message is DuckDB's, on one line.
@@ -76,13 +113,87 @@ def open_readonly(lake: Lake, sql_hint: Optional[str] = None):
         low = sql_hint.lower()
         only = [t for t in schema.TABLES if f"raw_{t}" in low]
     _raw_views(con, lake, only)
-    con.execute("SET enable_progress_bar = false")
-    con.execute("SET lock_configuration = true")
+    _lock_down(con, lake, allow_external_access, allowed_paths)
     return con
 
 
+def _kind(st) -> str:
+    """Statement type name (``SELECT``, ``COPY`` …); DuckDB types the Python enum does not name
+    (``UPDATE EXTENSIONS`` prints as ``???``) are named by their first word."""
+    name = getattr(st.type, "name", None) or str(st.type).rsplit(".", 1)[-1]
+    if not re.fullmatch(r"[A-Z_]+", name or ""):
+        words = re.findall(r"[A-Za-z_]+", st.query)
+        name = (" ".join(words[:2]).upper() if words else "UNKNOWN")
+    return name
+
+
+def _explain_inner(text: str) -> List[str]:
+    """Candidate texts of the statement inside ``EXPLAIN [ANALYZE] [(options)] <statement>``.
+
+    Tokens come from ``duckdb.tokenize`` (strings and comments are never mistaken for keywords
+    or parentheses). A leading ``(`` may open an option list (``EXPLAIN (ANALYZE, FORMAT json)
+    COPY …``) or a parenthesised query (``EXPLAIN (SELECT 1)``): both readings are returned and
+    the caller checks every one that parses.
+    """
+    toks = duckdb.tokenize(text)
+    ends = [p for p, _ in toks[1:]] + [len(text)]
+
+    def word(i: int) -> str:
+        return text[toks[i][0]:ends[i]].strip().split()[0].upper() if i < len(toks) else ""
+
+    def is_op(i: int, ch: str) -> bool:
+        return i < len(toks) and str(toks[i][1]).endswith("operator") and text[toks[i][0]] == ch
+
+    i = 1
+    if i < len(toks) and word(i) in _EXPLAIN_FLAGS:
+        i += 1
+    if i >= len(toks):
+        return []
+    out = [text[toks[i][0]:]]
+    if is_op(i, "("):
+        depth, j = 0, i
+        while j < len(toks):
+            if is_op(j, "("):
+                depth += 1
+            elif is_op(j, ")"):
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        if j + 1 < len(toks):
+            out.append(text[toks[j + 1][0]:])
+    return out
+
+
+def executed_statements(con, st, _depth: int = 0) -> List[Tuple[str, str]]:
+    """``(type, text)`` of what DuckDB will execute for parsed statement ``st``.
+
+    A plain statement is itself; ``EXPLAIN``/``EXPLAIN ANALYZE`` is unwrapped (ANALYZE executes
+    the inner statement). When no reading of the inner text parses as exactly one statement,
+    the result is ``("unrecognised EXPLAIN", text)`` so the caller refuses it
+    (fail closed).
+    """
+    kind = _kind(st)
+    if kind != "EXPLAIN":
+        return [(kind, st.query)]
+    if _depth > 4:
+        return [("nested EXPLAIN", st.query)]
+    found: List[Tuple[str, str]] = []
+    for text in _explain_inner(st.query):
+        try:
+            inner = con.extract_statements(text)
+        except duckdb.Error:
+            continue
+        if len(inner) == 1:
+            found += executed_statements(con, inner[0], _depth + 1)
+    return found or [("unrecognised EXPLAIN", st.query)]
+
+
 def check_statements(con, sql: str) -> List[Any]:
-    """Parse ``sql`` with DuckDB and return its statements if every one is SELECT/EXPLAIN.
+    """Parse ``sql`` with DuckDB and return its statements if each one executes a SELECT-type statement.
+
+    ``EXPLAIN`` and ``EXPLAIN ANALYZE`` are judged by the statement they wrap
+    (:func:`executed_statements`), so ``EXPLAIN ANALYZE COPY … TO …`` is refused as a COPY.
 
     Raises:
         TilakeError: a parse error (DuckDB's message, one line), an empty query, or a statement
@@ -95,21 +206,24 @@ def check_statements(con, sql: str) -> List[Any]:
     if not stmts:
         raise TilakeError("empty query")
     for st in stmts:
-        kind = str(st.type).rsplit(".", 1)[-1]
-        if kind not in ALLOWED_TYPES:
-            raise TilakeError(f"tilake sql is read-only: {kind} statements are refused "
-                              "(only SELECT/WITH/SHOW/DESCRIBE/SUMMARIZE/EXPLAIN run)")
+        for kind, _text in executed_statements(con, st):
+            if kind not in ALLOWED_TYPES:
+                inside = " (inside EXPLAIN)" if _kind(st) == "EXPLAIN" and kind != _kind(st) else ""
+                raise TilakeError(f"tilake sql is read-only: {kind} statements are refused{inside} "
+                                  "(only SELECT/WITH/SHOW/DESCRIBE/SUMMARIZE and EXPLAIN of them run)")
     return stmts
 
 
-def query(lake: Lake, sql: str) -> Tuple[List[str], List[tuple]]:
+def query(lake: Lake, sql: str, allow_external_access: bool = False) -> Tuple[List[str], List[tuple]]:
     """Run a read-only query; returns ``(column names, rows)`` of the last statement.
 
+    Args:
+        allow_external_access: let the query read files outside the lake (see :func:`open_readonly`).
     Raises:
         TilakeError: see :func:`open_readonly` / :func:`check_statements`; a DuckDB error while
             binding or running (its message on one line).
     """
-    con = open_readonly(lake, sql)
+    con = open_readonly(lake, sql, allow_external_access)
     try:
         stmts = check_statements(con, sql)
         try:
@@ -124,8 +238,11 @@ def query(lake: Lake, sql: str) -> Tuple[List[str], List[tuple]]:
         con.close()
 
 
-def export(lake: Lake, sql: str, fmt: str, output: Path) -> int:
+def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: bool = False) -> int:
     """Write the result of one SELECT to ``output`` as csv (header), json (array) or parquet.
+
+    The file is written through a temp file beside it (the only path outside the lake the
+    connection may touch) and renamed over ``output``.
 
     Returns:
         rows written.
@@ -140,7 +257,8 @@ def export(lake: Lake, sql: str, fmt: str, output: Path) -> int:
         raise TilakeError("refusing to write query output inside the lake folder", path=output)
     if output.is_dir():
         raise TilakeError("--output is a folder; give a file name", path=output)
-    con = open_readonly(lake, sql)
+    tmp = output.with_name(f".{output.name}.tmp")
+    con = open_readonly(lake, sql, allow_external_access, allowed_paths=[tmp])
     try:
         stmts = check_statements(con, sql)
         if len(stmts) != 1 or str(stmts[0].type).endswith("EXPLAIN"):
@@ -148,11 +266,10 @@ def export(lake: Lake, sql: str, fmt: str, output: Path) -> int:
         opts = {"csv": "FORMAT csv, HEADER true", "json": "FORMAT json, ARRAY true",
                 "parquet": "FORMAT parquet"}[fmt]
         output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = output.with_name(f".{output.name}.tmp")
         body = stmts[0].query.strip().rstrip(";")
         try:
-            con.execute(f"COPY ({body}) TO {sql_str(tmp)} ({opts})")
-            n = con.execute(f"SELECT count(*) FROM ({body})").fetchone()[0]
+            con.execute(f"COPY ({body}\n) TO {sql_str(tmp)} ({opts})")
+            n = con.execute(f"SELECT count(*) FROM ({body}\n)").fetchone()[0]
         except duckdb.Error as exc:
             tmp.unlink(missing_ok=True)
             raise TilakeError(duckdb_error_line(exc))
@@ -193,25 +310,35 @@ def duckdb_cli() -> Optional[str]:
     return str(here) if here.exists() else None
 
 
-def shell_init_sql(lake: Lake) -> str:
-    """SQL run at shell start: no extension downloads, ``raw_<table>`` temp views over the lake."""
+def shell_init_sql(lake: Lake, allow_external_access: bool = False) -> str:
+    """SQL run at shell start: no extension downloads, ``raw_<table>`` temp views over the lake,
+    file access limited to the lake folder (unless ``allow_external_access``), configuration locked."""
 
     lines = ["SET autoinstall_known_extensions = false;", "SET autoload_known_extensions = false;"]
     for t in schema.TABLES:
         lines.append(f'CREATE OR REPLACE TEMP VIEW "raw_{t}" AS SELECT * FROM {raw_source(lake, t)};')
+    if not allow_external_access:
+        lines.append(f"SET allowed_directories = [{sql_str(str(lake.root) + '/')}];")
+        lines.append("SET enable_external_access = false;")
+    lines.append("SET allow_community_extensions = false;")
+    lines.append("SET lock_configuration = true;")
     return "\n".join(lines)
 
 
-def open_shell(lake: Lake, input_text: Optional[str] = None, cli: Optional[str] = "auto") -> int:
+def open_shell(lake: Lake, input_text: Optional[str] = None, cli: Optional[str] = "auto",
+               allow_external_access: bool = False) -> int:
     """Interactive SQL shell on the warehouse opened read-only, raw tables as ``raw_<table>`` views.
 
     Uses the DuckDB CLI (``duckdb -readonly``; shipped by the ``duckdb-cli`` wheel, same
-    version as the Python package) when available; otherwise a minimal Python prompt
-    (:class:`_MiniShell`, statements end with ``;``, read-only rules of :func:`check_statements`).
+    version as the Python package) when available: it runs what the user types (it is their own
+    terminal), with file access limited to the lake folder and the configuration locked by
+    :func:`shell_init_sql`. Otherwise a minimal Python prompt (:class:`_MiniShell`, statements end
+    with ``;``, the read-only rules of :func:`check_statements`).
 
     Args:
         input_text: feed this text on stdin instead of the terminal (tests).
         cli: path of the CLI, ``"auto"`` to look it up, None to force the Python prompt.
+        allow_external_access: let statements read files outside the lake.
     Returns:
         the shell's exit status.
     """
@@ -223,7 +350,7 @@ def open_shell(lake: Lake, input_text: Optional[str] = None, cli: Optional[str] 
 
         with tempfile.TemporaryDirectory(prefix="tilake-shell-") as d:   # nothing is written to the lake
             init = Path(d) / "init.sql"
-            init.write_text(shell_init_sql(lake) + "\n", encoding="utf-8")
+            init.write_text(shell_init_sql(lake, allow_external_access) + "\n", encoding="utf-8")
             args = [exe, "-readonly", "-init", str(init), str(lake.warehouse)]
             if input_text is not None:
                 cp = subprocess.run(args, input=input_text, text=True, capture_output=True)
@@ -231,14 +358,15 @@ def open_shell(lake: Lake, input_text: Optional[str] = None, cli: Optional[str] 
                 sys.stderr.write(cp.stderr)
                 return cp.returncode
             return subprocess.call(args)
-    return _MiniShell(lake).run(input_text)
+    return _MiniShell(lake, allow_external_access).run(input_text)
 
 
 class _MiniShell:
     """Fallback prompt (only when no DuckDB CLI is installed): one read-only query per ``;``."""
 
-    def __init__(self, lake: Lake) -> None:
+    def __init__(self, lake: Lake, allow_external_access: bool = False) -> None:
         self.lake = lake
+        self.allow_external_access = allow_external_access
 
     def run(self, input_text: Optional[str] = None) -> int:
         from rich.console import Console
@@ -259,7 +387,7 @@ class _MiniShell:
             if not buf.strip().endswith(";"):
                 continue
             try:
-                cols, rows = query(self.lake, buf)
+                cols, rows = query(self.lake, buf, self.allow_external_access)
                 print_result(cols, rows, console=console)
             except TilakeError as exc:
                 console.print(f"error: {exc}", markup=False)

@@ -17,6 +17,7 @@ Called alone (tests, scripts) they open the door themselves.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -42,14 +43,16 @@ TMP_PREFIX = ".tmp-"
 
 
 def validate_run_id(run_id: str) -> str:
-    """Return ``run_id`` if it matches ``[A-Za-z0-9._-]+`` and is not ``.``/``..``.
+    """Return ``run_id`` if it matches ``[A-Za-z0-9._-]+``, is not all dots and does not start with ``-``.
 
     Raises:
-        TilakeError: the id could escape the lake folder or is empty.
+        TilakeError: the id could escape the lake folder, be read as an option (``-x``,
+            ``--lake``) or as a relative folder (``.``, ``..``, ``...``), or is empty / over 200 chars.
     """
-    if not run_id or not RUN_ID_RE.match(run_id) or run_id in (".", "..") or len(run_id) > 200:
-        raise TilakeError(f"invalid run id {run_id!r}: use letters, digits, '.', '_' or '-' "
-                          "(it names a folder inside the lake)")
+    if (not run_id or not RUN_ID_RE.match(run_id) or set(run_id) == {"."} or run_id.startswith("-")
+            or len(run_id) > 200):
+        raise TilakeError(f"invalid run id {run_id!r}: use letters, digits, '.', '_' or '-', not starting "
+                          "with '-' and not only dots (it names a folder inside the lake)")
     return run_id
 
 
@@ -57,6 +60,49 @@ def lake_root(path: Optional[Union[str, Path]] = None) -> Path:
     """Resolve the lake root: explicit path, else ``$TILAKE_LAKE``, else ``./tilake-lake``
     (:func:`tilake.settings.lake_path`)."""
     return Path(path or settings.lake_path()).expanduser().resolve()
+
+
+_WRITE_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                 errno.EROFS: "the lake is on a read-only file system",
+                 errno.EACCES: "permission denied (the lake is read-only for this user)",
+                 errno.EPERM: "operation not permitted (the lake is read-only for this user)"}
+_WRITE_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                "Read-only file system": errno.EROFS, "Permission denied": errno.EACCES}
+
+
+def lake_write_error(root: Path, exc: BaseException) -> Optional[TilakeError]:
+    """One ``TilakeError`` naming the lake for a write that failed because of the machine, else None.
+
+    Walks ``exc`` and its causes (``__cause__``/``__context__``): an ``OSError`` with ENOSPC/EDQUOT
+    (any file), or EROFS/EACCES/EPERM on a path inside ``root`` (a read-only input elsewhere is the
+    input's problem, not the lake's); a DuckDB error whose text names a path inside ``root``
+    together with one of those causes ("IO Error: Could not write file …/.staging/…: No space
+    left on device") — so a full disk during ingest no longer blames the input DB.
+    """
+    seen, todo, text_root = set(), [exc], str(root)
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        code, where = None, None
+        if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
+            fn = str(e.filename2 or e.filename or "")   # shutil.copy: filename2 is the destination
+            inside = fn == text_root or fn.startswith(text_root + os.sep)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT) or inside:
+                code, where = e.errno, fn
+        elif not isinstance(e, OSError) and text_root in str(e):
+            code = next((c for t, c in _WRITE_TEXTS.items() if t in str(e)), None)
+        if code is not None:
+            rel = ""
+            if where and where.startswith(text_root + os.sep):
+                rel = f" ({os.path.relpath(where, text_root)})"
+            elif where:
+                rel = f" ({where})"
+            return TilakeError(f"cannot write to the lake{rel}: {_WRITE_ERRNOS[code]}; the lake was left "
+                               "as it was", path=root)
+        todo += [e.__cause__, e.__context__]
+    return None
 
 
 class Lake:
@@ -154,14 +200,24 @@ class Lake:
 
         Raises:
             LakeBusyError: another process holds it (message names the pid); TilakeError: the lake
-            path is a file, or the folder or its lock file cannot be created.
+            path is a file, or the folder or its lock file cannot be created; the lake path contains
+            ``?``; the lock cannot be taken because the lake is read-only or the disk is full; a
+            write inside the block failed for such a reason (see :func:`lake_write_error`).
         """
         if self.root.exists() and not self.root.is_dir():
             raise TilakeError("lake path exists and is not a folder", path=self.root)
+        if "?" in str(self.root):
+            raise TilakeError("the lake path contains '?', which DuckDB reads as the start of URL parameters "
+                              "in a database path (the warehouse could never be built)", path=self.root,
+                              hint="use a lake folder without '?'")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
+            mapped = lake_write_error(self.root, exc)
+            if mapped is not None:
+                raise TilakeError(f"cannot take the writer lock: {_WRITE_ERRNOS[exc.errno]}; the lake is unchanged",
+                                  path=self.root) from exc
             raise TilakeError(f"cannot create the lake folder or its lock file ({exc.strerror or exc})",
                               path=self.root) from exc
         try:
@@ -175,6 +231,11 @@ class Lake:
             os.pwrite(fd, str(os.getpid()).encode(), 0)
             try:
                 yield
+            except Exception as exc:   # a full disk or read-only lake mid-write: one line naming the lake
+                mapped = lake_write_error(self.root, exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
             finally:
                 os.ftruncate(fd, 0)
                 fcntl.flock(fd, fcntl.LOCK_UN)

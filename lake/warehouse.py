@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ from tilake import settings
 from tilake.errors import TilakeError
 from tilake.files import atomic_path, atomic_write_text
 from tilake.lake.duck import connect
-from tilake.lake.store import Lake
+from tilake.lake.store import Lake, lake_write_error
 
 PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt_project"
 _FINGERPRINTED = ("models", "macros", "seeds", "dbt_project.yml")
@@ -136,6 +137,42 @@ def _env(**values: str):
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def _held_dbt_output():
+    """Hold dbt's console output (stdout) and silence logging's own tracebacks while dbt runs.
+
+    On a full disk every dbt log record fails to write into ``<lake>/.dbt/logs`` and
+    ``logging.Handler.handleError`` prints a "--- Logging error ---" traceback for each (hundreds
+    per build), and dbt prints its own traceback of the failed artifact write. The caller replays
+    the held text unless the failure is the machine's (see :func:`_disk_failure`), which then
+    ends in one line.
+    """
+    import io
+    import logging
+
+    old = logging.raiseExceptions
+    logging.raiseExceptions = False
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(held):
+            yield held
+    finally:
+        logging.raiseExceptions = old
+
+
+def _disk_failure(lake: Lake, res) -> Optional[TilakeError]:
+    """One line naming the lake when dbt failed because the disk is full or the lake read-only."""
+    if res.exception is not None:
+        mapped = lake_write_error(lake.root, res.exception)
+        if mapped is not None:
+            return mapped
+    for r in getattr(res.result, "results", None) or []:
+        msg = str(getattr(r, "message", None) or "")
+        if any(t in msg for t in ("No space left on device", "Disk quota exceeded", "Read-only file system")):
+            return lake_write_error(lake.root, RuntimeError(f"{lake.root}: {msg}"))
+    return None
+
+
 @dataclass
 class BuildResult:
     """Outcome of one dbt invocation (a node is ``(name, resource type, status, message)``)."""
@@ -221,9 +258,14 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
                 console.print(f"[yellow]{why}: full refresh[/yellow]")
         if full_refresh or auto_refresh:
             args.append("--full-refresh")
-        res = dbtRunner().invoke(args)
+        with _held_dbt_output() as held:
+            res = dbtRunner().invoke(args)
+    failed = _disk_failure(lake, res)   # full disk / read-only lake: one line naming the lake
+    if failed is not None:
+        raise failed from res.exception
+    sys.stdout.write(held.getvalue())
     if res.exception is not None:
-        raise TilakeError(f"dbt {command} could not run: {res.exception}", path=PROJECT_DIR)
+        raise TilakeError(f"dbt {command} could not run: {res.exception}", path=PROJECT_DIR) from res.exception
     nodes = []
     for r in getattr(res.result, "results", None) or []:
         node = getattr(r, "node", None)

@@ -146,15 +146,18 @@ def compute_trend(lake: Lake, metric: str, by: str = "model_family", x: str = "r
             trend marts are missing because the lake was built before they existed: rebuild).
     """
     import duckdb
-    from tilake.lake.sql import duckdb_error_line, open_readonly
+    from tilake.lake.sql import check_statements, duckdb_error_line, open_readonly
 
     defs = trend_defs()
     if metric not in defs:
         raise TilakeError(f"unknown trend {metric!r}: use one of {', '.join(defs)}")
     sql, params = trend_sql(defs[metric], by, x)
-    con = open_readonly(lake, sql)
+    con = open_readonly(lake, sql)   # queries from files never get file access outside the lake
     try:
+        check_statements(con, sql)   # a trend file is SQL text like any other: SELECT-type only
         rows = con.execute(sql, params).fetchall()
+    except TilakeError as exc:
+        raise TilakeError(f"trend {metric}: {exc}", path=defs[metric].path)
     except duckdb.Error as exc:
         raise TilakeError(f"trend {metric}: {duckdb_error_line(exc)}", path=defs[metric].path,
                           hint="rebuild the warehouse with `tilake build` if a trend mart is missing")
@@ -188,8 +191,8 @@ def print_trend(res: TrendResult, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    t = Table(title=f"{res.trend.name} by {res.by} (x = {res.x}) — {res.trend.title}"
-                    + (f" [{res.trend.unit}]" if res.trend.unit else ""))
+    t = Table(title=escape(f"{res.trend.name} by {res.by} (x = {res.x}) — {res.trend.title}"
+                           + (f" [{res.trend.unit}]" if res.trend.unit else "")))
     for col, just in (("series", "left"), ("points", "right"), ("first", "right"), ("last", "right"),
                       ("min", "right"), ("max", "right"), ("trend", "left"), ("last run", "left")):
         t.add_column(col, justify=just, overflow="fold")
@@ -198,7 +201,7 @@ def print_trend(res: TrendResult, console=None) -> None:
         t.add_row(escape(s.label), str(len(v)), _fmt(v[0]), _fmt(v[-1]), _fmt(min(v)), _fmt(max(v)),
                   sparkline(v), escape(s.points[-1][3]))
     if not res.series:
-        console.print(f"no values for trend {res.trend.name} ({res.trend.grain or 'see its SQL file'})")
+        console.print(f"no values for trend {res.trend.name} ({res.trend.grain or 'see its SQL file'})", markup=False)
         return
     console.print(t)
 
@@ -224,7 +227,10 @@ def plot_trend(res: TrendResult, output: Path) -> Path:
     try:
         for s in res.series:
             xs = [p[0] for p in s.points]
-            ax.plot(xs, s.values, marker="o", markersize=3, linewidth=1.4, label=s.label)
+            # '$' starts matplotlib mathtext (a bad formula raises); a leading '_' hides the legend entry
+            label = s.label.replace("$", r"\$")
+            ax.plot(xs, s.values, marker="o", markersize=3, linewidth=1.4,
+                    label=" " + label if label.startswith("_") else label)
         ax.set_title(f"{res.trend.name} by {res.by}", fontsize=11)
         ax.set_xlabel({"run": "run (registration order)", "step": "training step",
                        "created_at": "registered at (UTC)"}[res.x])

@@ -263,7 +263,9 @@ class DumpSide:
                 continue
             for idx, t in _walk(val, ""):
                 stats = {k: t.get(k) for k in ("Max", "Min", "Mean", "Norm", "md5") if k in t}
-                out.append(Slot(entry, io, idx, t.get("dtype"), t.get("shape"), t.get("data_name"),
+                dn = t.get("data_name")   # a non-string name (hostile JSON) is kept as text; pt_path judges it
+                out.append(Slot(entry, io, idx, t.get("dtype"), t.get("shape"),
+                                dn if dn is None or isinstance(dn, str) else json.dumps(dn),
                                 self.order[entry], stats))
         return out
 
@@ -294,13 +296,24 @@ class DumpSide:
     def pt_path(self, slot: Slot) -> Path:
         """Where the slot's ``.pt`` lives (``dump_tensor_data/<data_name>``).
 
+        ``data_name`` must be a plain file name (msprobe writes ``<entry>.<io>.<i>.pt``): a name
+        with a path separator, ``..``, an absolute path or a NUL byte is refused and never opened,
+        so a crafted ``dump.json`` cannot make tilake read (and report on) a file outside the dump.
+
         Raises:
-            TilakeError: the dump holds statistics only (no ``data_name``).
+            TilakeError: the dump holds statistics only (no ``data_name``); ``data_name`` is not a
+                plain file name.
         """
-        if not slot.data_name:
+        name = slot.data_name
+        if not name:
             raise TilakeError(f"{slot.entry} {slot.io}.{slot.index} has no data_name "
                               "(statistics-only dump: task must be 'tensor')", path=self.dir / "dump.json")
-        return self.data_dir / slot.data_name
+        if (not isinstance(name, str) or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
+                or Path(name).name != name):
+            raise TilakeError(f"refused: {slot.entry} {slot.io}.{slot.index} has data_name {str(name)[:200]!r}, "
+                              "not a plain file name inside dump_tensor_data/ (never opened)",
+                              path=self.dir / "dump.json")
+        return self.data_dir / name
 
     def load(self, slot: Slot):
         """Load one slot's tensor (see :func:`load_pt`)."""
@@ -355,9 +368,11 @@ def load_pt(path: Path):
         raise TilakeError("refused: the .pt needs more than plain tensors to load safely "
                           f"(weights_only=True): {reason}", path=path,
                           hint="re-dump with msprobe (it saves plain CPU tensors) or convert the file on a trusted host")
-    except (EOFError, RuntimeError, ValueError, OSError, AttributeError, KeyError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise TilakeError(f"cannot load tensor file (truncated or corrupt): {msg}", path=path)
+    except Exception as exc:  # noqa: BLE001 - torch's unpickler raises anything on a non-torch file
+        # (IndexError on a text file, EOFError/RuntimeError on truncated ones, ...): one line, no traceback
+        msg = str(exc).splitlines()[0] if str(exc).strip() else ""
+        raise TilakeError(f"cannot load tensor file (not a torch file, truncated or corrupt): "
+                          f"{type(exc).__name__}{': ' + msg if msg else ''}", path=path)
     if not isinstance(obj, torch.Tensor):
         raise TilakeError(f"tensor file holds a {type(obj).__name__}, not a tensor", path=path)
     READ_STATS["files"] += 1
