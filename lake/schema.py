@@ -28,7 +28,7 @@ TABLES: Dict[str, List[Column]] = {
         ("host", "VARCHAR"), ("source_path", "VARCHAR"), ("kind", "VARCHAR"),
         ("created_at", "TIMESTAMP"),
     ],
-    # one row per ingested source (DB file, text export folder, unparsed raw folder)
+    # one row per ingested source (DB file, text export folder, unparsed raw folder, torch trace)
     "captures": [
         ("run_id", "VARCHAR"), ("side", "VARCHAR"), ("rank", "INTEGER"),
         ("capture_id", "VARCHAR"), ("path", "VARCHAR"), ("source_kind", "VARCHAR"),
@@ -39,6 +39,7 @@ TABLES: Dict[str, List[Column]] = {
         ("kernel_count", "BIGINT"), ("host_op_count", "BIGINT"),
         ("status", "VARCHAR"),           # ok | evidence_missing | unparsed | error
         ("reason", "VARCHAR"),
+        ("backend", "VARCHAR"),          # ascend_db | ascend_text | torch_trace
     ],
     # one row per device kernel (TASK ⋈ COMPUTE_TASK_INFO, plus COMMUNICATION_OP) or text row
     "kernels": [
