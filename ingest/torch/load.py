@@ -234,23 +234,38 @@ def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) 
 
 def _callchains(writer, partition, cid: str, t: Dict[str, str]) -> str:
     """Innermost enclosing ``python_function`` of every op (its ``Python id`` is the callchain id)
-    and the ``call_stacks`` rows of each chain. Returns the temp table ``(idx, callchain_id)``."""
+    and the ``call_stacks`` rows of each chain. Returns the temp table ``(idx, callchain_id)``.
+
+    Notes:
+        1. ``P`` = the Python frame on the op's thread that started last at or before the op (ASOF join);
+        2. frames nest properly on one thread, so the innermost frame enclosing the op is ``P`` or one of
+           its ancestors: walk ``Python parent id`` up from ``P`` until a frame's span covers the op's;
+        3. a chain's frames are that frame and its ancestors, depth 0 = innermost.
+    """
     con = writer.con
     name = f"_trace_cc_{uuid.uuid4().hex[:8]}"
+    pyu = f"_trace_pyu_{uuid.uuid4().hex[:8]}"
+    con.execute(f"""CREATE TEMP TABLE "{pyu}" AS SELECT py_id, any_value(parent_id) AS parent_id,
+        any_value(name) AS name, any_value(ts) AS ts, any_value(ts + dur) AS e
+        FROM "{t['py']}" WHERE py_id IS NOT NULL GROUP BY py_id""")
     con.execute(f"""CREATE TEMP TABLE "{name}" AS
-        SELECT idx, py_id AS callchain_id FROM (
-            SELECT o.idx, p.py_id,
-                   row_number() OVER (PARTITION BY o.idx ORDER BY p.ts DESC, p.dur ASC, p.py_id DESC) AS rn
-            FROM "{t['ops']}" o JOIN "{t['py']}" p
-              ON p.pid = o.pid AND p.tid = o.tid AND p.ts <= o.ts AND p.ts + p.dur >= o.ts + o.dur)
-        WHERE rn = 1""")
-    pyu = f'(SELECT py_id, any_value(parent_id) AS parent_id, any_value(name) AS name FROM "{t["py"]}" GROUP BY py_id)'
+        WITH RECURSIVE start AS (
+            SELECT o.idx, o.ts AS ots, o.ts + o.dur AS oe, p.py_id
+            FROM "{t['ops']}" o ASOF JOIN "{t['py']}" p ON o.pid = p.pid AND o.tid = p.tid AND o.ts >= p.ts),
+        walk(idx, ots, oe, py_id, n) AS (
+            SELECT idx, ots, oe, py_id, 0 FROM start
+            UNION ALL
+            SELECT w.idx, w.ots, w.oe, f.parent_id, w.n + 1 FROM walk w JOIN "{pyu}" f ON f.py_id = w.py_id
+            WHERE NOT (f.ts <= w.ots AND f.e >= w.oe) AND f.parent_id IS NOT NULL AND w.n < 512)
+        SELECT w.idx, w.py_id AS callchain_id FROM walk w JOIN "{pyu}" f ON f.py_id = w.py_id
+        WHERE f.ts <= w.ots AND f.e >= w.oe""")
     writer.copy_query("call_stacks", f"""
         WITH RECURSIVE chain(callchain_id, depth, py_id) AS (
             SELECT DISTINCT callchain_id, 0, callchain_id FROM "{name}"
             UNION ALL
-            SELECT c.callchain_id, c.depth + 1, p.parent_id FROM chain c JOIN {pyu} p ON p.py_id = c.py_id
+            SELECT c.callchain_id, c.depth + 1, p.parent_id FROM chain c JOIN "{pyu}" p ON p.py_id = c.py_id
             WHERE p.parent_id IS NOT NULL AND c.depth < 512)
         SELECT {cid} AS capture_id, c.callchain_id, c.depth, p.name AS frame
-        FROM chain c JOIN {pyu} p ON p.py_id = c.py_id""", partition)
+        FROM chain c JOIN "{pyu}" p ON p.py_id = c.py_id""", partition)
+    con.execute(f'DROP TABLE "{pyu}"')
     return name
