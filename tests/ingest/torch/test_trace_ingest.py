@@ -172,3 +172,16 @@ def test_trace_with_no_ops_is_evidence_missing(tmp_path):
     _, res = _ingest(tmp_path, explicit(p, "train"), allow_missing=True)
     assert res.captures[0].status == "evidence_missing"
     assert "no cpu_op or kernel events" in res.captures[0].reason
+
+
+def test_find_vllm_and_verl_trace_names(tmp_path):
+    from tilake.ingest.torch.find import find_traces, is_trace_name
+
+    make_trace(tmp_path / "vllm_traces" / "host_123.1764547200000.pt.trace.json.gz", INFER_CUDA)
+    make_trace(tmp_path / "actor_update" / "actor_prof_rank-2.json.gz", TRAIN_CUDA)
+    (tmp_path / "actor_update" / "notes.json").write_text("{}")
+    found = [(p.name, r) for p, r in find_traces(tmp_path)]
+    assert found == [("actor_prof_rank-2.json.gz", 2), ("host_123.1764547200000.pt.trace.json.gz", 0)]
+    assert not is_trace_name("trace_view.json")  # Ascend's own Chrome trace is not a torch-profiler one
+    sides = {c.path.name: c.side for c in discover(tmp_path)}
+    assert sides == {"actor_prof_rank-2.json.gz": "train", "host_123.1764547200000.pt.trace.json.gz": "infer"}
