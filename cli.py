@@ -276,12 +276,16 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @click.option("--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Lake folder (default: <out>/lake).")
+@click.option("--backend", type=click.Choice(["ascend", "torch"]), default="ascend", show_default=True,
+              help="ascend: synthetic torch_npu DBs; torch: profile a tiny Qwen3-style RL step here "
+                   "(CUDA when present, else CPU) with torch.profiler.")
 @JSON_OPTION
-def example(out_dir, lang, lake_path, as_json):
-    """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it."""
+def example(out_dir, lang, lake_path, backend, as_json):
+    """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
+    with --backend torch, make real traces of a tiny model on this machine instead."""
     from tilake.pipeline.example import run_example
 
-    res = run_example(out_dir, lake_path, lang)
+    res = run_example(out_dir, lake_path, lang, backend=backend)
     _echo_json(_profile_json(res, (lake_path or Path(out_dir) / "lake").resolve())) if as_json else _print_summary(res)
 
 

@@ -61,7 +61,7 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("created_at", "TIMESTAMP", "UTC, naive"),
     )),
     RawTable("captures", "lake",
-             "One row per ingested profiler source (DB file or text export) per side and rank.",
+             "One row per ingested profiler source (DB file, text export, unparsed raw folder or torch trace) per side and rank.",
              ("side", "rank"), _cols(
         *_SIDE_RANK,
         ("capture_id", "VARCHAR"), ("path", "VARCHAR"), ("source_kind", "VARCHAR"),
@@ -72,6 +72,7 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("kernel_count", "BIGINT"), ("host_op_count", "BIGINT"),
         ("status", "VARCHAR", "ok | host_fallback | evidence_missing | unparsed | error"),
         ("reason", "VARCHAR"),
+        ("backend", "VARCHAR", "ascend_db | ascend_text | torch_trace"),
     )),
     RawTable("kernels", "lake",
              "One row per device kernel (TASK joined to COMPUTE_TASK_INFO, plus COMMUNICATION_OP) "

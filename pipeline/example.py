@@ -5,6 +5,11 @@ The capture is *synthetic*: written by :mod:`tilake.synth` with the exact table 
 real torch_npu DBs and kernel populations consistent with the reference op table (Qwen3-0.6B GRPO,
 Megatron actor+ref, vLLM rollout, TP/PP/EP 1, 28 layers, train batch 4, rollout n=2, one step).
 The report says so in its collection-method field; it is not NPU evidence.
+
+``backend='torch'`` instead runs a real RL-like step of a tiny Qwen3-style model on this machine
+(:mod:`tilake.workloads.rl_step`: training step with eager attention, prefill + decode with SDPA and
+a KV cache) under ``torch.profiler``, writes the traces in verl's torch-profiler layout and runs the
+same pipeline on them: runtime evidence (CUDA kernels when a CUDA device is present, else CPU ops).
 """
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ from tilake.lake.store import Lake
 from tilake.pipeline.profile import ProfileResult, run_profile
 
 EXAMPLE_RUN_ID = "example-qwen3-0.6b-grpo"
+TORCH_EXAMPLE_RUN_ID = "example-torch-tiny-qwen3"
+BACKENDS = ("ascend", "torch")
 EXAMPLE_META = {
     "model_id": "Qwen/Qwen3-0.6B",
     "model_family": "qwen3",
@@ -34,14 +41,19 @@ EXAMPLE_META = {
 }
 
 
-def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh") -> ProfileResult:
+def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh",
+                backend: str = "ascend", device: Optional[str] = None) -> ProfileResult:
     """Write ``<out_dir>/profiler_output`` (replacing an earlier example there), then run the pipeline.
 
+    Args:
+        backend: ``ascend`` (synthetic torch_npu DBs) or ``torch`` (real torch.profiler traces made
+            here). device: for ``torch``: ``cpu``/``cuda`` (default: cuda when present).
     The lake defaults to ``<out_dir>/lake`` unless ``--lake``/``TILAKE_LAKE`` is given.
     Raises:
-        TilakeError: ``out_dir`` exists and is not a folder; pipeline errors.
+        TilakeError: ``out_dir`` exists and is not a folder; unknown backend; pipeline errors.
     """
-    from tilake.synth import make_profiler_output
+    if backend not in BACKENDS:
+        raise TilakeError(f"example backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
 
     out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
@@ -50,6 +62,13 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh
     if capture.exists():
         shutil.rmtree(capture)
     out_dir.mkdir(parents=True, exist_ok=True)
-    make_profiler_output(capture, seed=0)
     lake = Lake(lake_path or out_dir / "lake")
+    if backend == "torch":
+        from tilake.workloads.rl_step import run_meta, run_rl_step
+
+        traces = run_rl_step(capture, device=device)
+        return run_profile(capture, lake, TORCH_EXAMPLE_RUN_ID, out_dir, run_meta(traces), lang)
+    from tilake.synth import make_profiler_output
+
+    make_profiler_output(capture, seed=0)
     return run_profile(capture, lake, EXAMPLE_RUN_ID, out_dir, dict(EXAMPLE_META), lang)

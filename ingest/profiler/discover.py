@@ -9,7 +9,8 @@ relocated ``rollout-replica*`` folders are recognised too.
 
 A capture is one ``*_ascend_pt`` folder (or an explicit DB file) and is one of:
 ``db`` (an ``ascend_pytorch_profiler*.db`` exists), ``text`` (only CSV exports),
-``raw`` (``FRAMEWORK/``/``PROF_*`` without any parsed output: run ``analyse()``), ``empty``.
+``raw`` (``FRAMEWORK/``/``PROF_*`` without any parsed output: run ``analyse()``), ``empty``,
+or ``trace`` (a PyTorch-profiler Chrome trace, :mod:`tilake.ingest.torch.find`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from tilake.errors import TilakeError
+from tilake.ingest.torch.find import find_traces, is_trace_name, rank_of
 
 TEXT_FILES = ("kernel_details.csv", "op_statistic.csv", "api_statistic.csv", "operator_details.csv")
 _DB_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
@@ -142,8 +144,11 @@ def discover(root: Path) -> List[Capture]:
         m = _DB_RE.match(db.name)
         caps.append(Capture(side_of(list(db.relative_to(root).parts)),
                             int(m.group(1)) if m.group(1) else 0, "db", db))
+    for tr, rank in find_traces(root):  # torch-profiler traces (global_profiler.tool=torch)
+        caps.append(Capture(side_of(list(tr.relative_to(root).parts)), rank, "trace", tr))
     if not caps:
-        raise TilakeError("no *_ascend_pt folder and no ascend_pytorch_profiler*.db found "
+        raise TilakeError("no *_ascend_pt folder, ascend_pytorch_profiler*.db or torch trace "
+                          "(prof_rank-*.json.gz, *.pt.trace.json) found "
                           "(expected e2e/… for training and agent_loop_rollout_replica_*/… for inference)",
                           path=root)
     return sorted(caps, key=lambda c: (c.side != "train", c.rank, str(c.path)))
@@ -161,6 +166,8 @@ def explicit(path: Path, side: str) -> List[Capture]:
         raise TilakeError(f"side must be train or infer, not {side!r}")
     if not path.exists():
         raise TilakeError("does not exist", path=path)
+    if path.is_file() and (is_trace_name(path.name) or path.name.endswith((".json", ".json.gz"))):
+        return [Capture(side, rank_of(path.name), "trace", path)]
     if path.is_file():
         m = _DB_RE.match(path.name)
         rank = int(m.group(1)) if m and m.group(1) else 0
@@ -175,6 +182,8 @@ def explicit(path: Path, side: str) -> List[Capture]:
     caps = [c for pt in sorted(path.rglob("*_ascend_pt")) if pt.is_dir() for c in classify_pt_dir(pt, side)]
     if not caps:
         caps = [c for db in sorted(path.rglob("ascend_pytorch_profiler*.db")) for c in explicit(db, side)]
+    if not caps:
+        caps = [Capture(side, rank, "trace", tr) for tr, rank in find_traces(path)]
     if not caps:
         raise TilakeError("no profiler capture (*_ascend_pt folder or ascend_pytorch_profiler*.db) inside",
                           path=path)

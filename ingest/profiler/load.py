@@ -27,6 +27,7 @@ from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, 
                           readable_copy, sha256_file, table_rows_json)
 from tilake.ingest.profiler.discover import Capture
 from tilake.ingest.profiler.text import load_text
+from tilake.ingest.torch.load import ingest_trace
 
 USABLE = ("ok", "host_fallback")
 
@@ -163,6 +164,10 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                     res = _ingest_db(cap, w, part, row)
                 elif cap.kind == "text":
                     res = _ingest_text(cap, w, part, row)
+                elif cap.kind == "trace":
+                    tr = ingest_trace(cap.path, w, part, row["capture_id"])
+                    row.update(tr.capture, size_bytes=file_size(cap.path), sha256=sha256_file(cap.path))
+                    res = CaptureResult(cap, tr.status, tr.reason, tr.kernels, tr.host_ops, "trace")
                 elif cap.kind == "raw":
                     res = CaptureResult(cap, "unparsed",
                                         "raw profiler data not parsed (FRAMEWORK/ and PROF_* only): run "
@@ -174,6 +179,7 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                            host_op_count=res.host_ops)
                 if res.source_kind:
                     row["source_kind"] = res.source_kind
+                row.setdefault("backend", {"db": "ascend_db", "text": "ascend_text"}.get(row["source_kind"]))
                 w.write_rows("captures", [row], part)
                 result.captures.append(res)
                 bar.advance(task)

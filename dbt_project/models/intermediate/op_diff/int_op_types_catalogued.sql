@@ -1,5 +1,6 @@
 -- grain: one row per distinct (op_type, kernel_name) seen in the lake, with its best catalog match.
--- Matching happens on distinct names (small), never per kernel row.
+-- Matching happens on distinct names (small), never per kernel row. Catalog = op_catalog (Ascend)
+-- plus op_catalog_torch (CUDA kernel names, aten ops of torch-profiler traces).
 with names as (
     select distinct op_type, kernel_name from {{ ref('int_kernel_names_aggregated') }}
 ),
@@ -13,7 +14,8 @@ matched as (
                      c.pattern
         ) as rn
     from names n
-    join {{ ref('op_catalog') }} c
+    join (select * from {{ ref('op_catalog') }}
+          union all by name select * from {{ ref('op_catalog_torch') }}) c
       on (c.pattern_kind = 'op_type' and n.op_type = c.pattern)
       or (c.pattern_kind = 'op_regex' and regexp_matches(coalesce(n.op_type, ''), c.pattern))
       or (c.pattern_kind = 'name_regex' and regexp_matches(coalesce(n.kernel_name, ''), c.pattern))

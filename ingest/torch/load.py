@@ -1,0 +1,274 @@
+"""Ingest one PyTorch-profiler Chrome trace into the lake's raw tables (``source_kind='trace'``).
+
+Where verl writes traces (``global_profiler.tool=torch``; verl ``docs/perf/torch_profiling.md`` and
+``verl/utils/profiler/torch_profile.py``): ``<global_profiler.save_path>/[<role>/]`` then
+``[<prefix>_]prof_rank-<rank>.json.gz`` written by ``prof.export_chrome_trace``; ``role`` is the
+``DistProfiler.annotate`` role in discrete mode (``actor_update``, ``ref_compute_log_prob``,
+``rollout_generate`` …). vLLM rollout traces go to ``$VLLM_TORCH_PROFILER_DIR`` as
+``<worker>.<ts>.pt.trace.json[.gz]`` (``tensorboard_trace_handler``). Finding them is
+:mod:`tilake.ingest.torch.find`; reading one is here.
+
+Tables written (same columns as the Ascend readers):
+
+* ``kernels``: one row per device kernel (``cat: kernel``; ``accelerator='GPU'``), linked to the
+  launching CPU op by ``External id`` (``op_type`` = that op's name, e.g. ``aten::mm``; the kernel
+  name when unlinked, ``op_type_derived``), ``connection_id`` = ``correlation``, ``cann_api_name`` =
+  the launching runtime call (``cudaLaunchKernel``). ``gpu_memcpy``/``gpu_memset`` are kept apart:
+  counted in the capture's ``table_rows``, not written as kernels (the Ascend readers likewise skip
+  TASK memcpy rows). A trace with *no* device events (CPU-only run) writes its innermost CPU ops (no
+  ``cpu_op`` outside :data:`NO_KERNEL_OPS`, autograd wrappers and scalar-only ops nested inside on the same thread) as the evidence, labelled ``accelerator='CPU'``,
+  ``device_task_type='cpu_op'`` and ``schema_variant`` ``…+cpu_only``;
+* ``host_ops``: every ``cpu_op`` (``Input Dims``/``Input type`` as JSON lists when recorded);
+* ``call_stacks``: when ``with_stack``, the ``python_function`` chain of each op's innermost
+  enclosing Python frame (depth 0 = innermost), walked by ``Python parent id``;
+* ``mstx_ranges``: CPU ``user_annotation`` ranges (``record_function``, verl role ranges) and
+  ``ProfilerStep#N`` steps.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict
+
+from tilake.errors import TilakeError
+from tilake.ingest.torch.events import FILES, KNOWN_SCHEMA_VERSIONS, TraceScan, read_header, stream_events
+from tilake.lake.duck import sql_str
+
+BACKEND = "torch_trace"
+# CPU ops that only make views, read metadata or allocate: on a device they launch no kernel, so a
+# CPU-only trace skips them when it picks the ops that stand for kernels (PyTorch docs "Tensor Views"
+# lists the view ops; empty*/resolve_* allocate or flip flags).
+NO_KERNEL_OPS = (
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::as_strided", "aten::view",
+    "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::expand", "aten::expand_as",
+    "aten::transpose", "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::slice",
+    "aten::select", "aten::detach", "aten::detach_", "aten::alias", "aten::resolve_conj",
+    "aten::resolve_neg", "aten::lift_fresh", "aten::unbind", "aten::split", "aten::split_with_sizes",
+    "aten::chunk", "aten::narrow", "aten::view_as", "aten::flatten", "aten::unflatten", "aten::numel",
+    "aten::size", "aten::stride", "aten::is_nonzero", "aten::_has_compatible_shallow_copy_type",
+    "aten::set_", "aten::_nested_tensor_from_mask_left_aligned", "detach", "detach_", "aten::movedim",
+    "aten::diagonal", "aten::unfold", "aten::_local_scalar_dense", "aten::item", "aten::result_type",
+    "aten::to", "aten::contiguous", "aten::new_empty", "aten::new_empty_strided", "aten::zeros_like",
+    "aten::type_as", "aten::lift_fresh_copy", "aten::clone",
+)
+# autograd wrappers (``MmBackward0``, ``autograd::engine::evaluate_function: …``,
+# ``torch::autograd::AccumulateGrad``): their work is the aten ops nested inside them
+AUTOGRAD_WRAPPER_RE = r"(Backward[0-9]*$|^(torch::)?autograd::)"
+_TYPES = {
+    "ops": "idx BIGINT, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT, ext_id BIGINT, "
+           "seq BIGINT, fwd_tid BIGINT, dims VARCHAR, types VARCHAR",
+    "device": "idx BIGINT, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT, "
+              "ext_id BIGINT, corr BIGINT, device VARCHAR, stream VARCHAR, grid VARCHAR, block VARCHAR, "
+              "bytes BIGINT",
+    "runtime": "corr BIGINT, ext_id BIGINT, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
+    "ranges": "cat VARCHAR, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
+    "py": "py_id BIGINT, parent_id BIGINT, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
+}
+
+
+@dataclass
+class TraceResult:
+    """Outcome of one trace ingest.
+
+    Attributes:
+        status: ``ok`` (device kernels, or CPU ops of a CPU-only trace) or ``evidence_missing``.
+        evidence: ``device`` | ``cpu_ops`` | ``none``. capture: values for the ``captures`` row.
+    """
+
+    status: str
+    reason: str
+    kernels: int = 0
+    host_ops: int = 0
+    evidence: str = "none"
+    capture: Dict = field(default_factory=dict)
+
+
+def _columns(table: str) -> str:
+    cols = [c.split()[0] for c in _TYPES[table].split(", ")]
+    types = [c.split()[1] for c in _TYPES[table].split(", ")]
+    return "{" + ", ".join(f"{sql_str(c)}: {sql_str(t)}" for c, t in zip(cols, types)) + "}"
+
+
+def _load_csvs(con, paths: Dict[str, Path], tag: str) -> Dict[str, str]:
+    names = {}
+    for key, path in paths.items():
+        name = f"_trace_{key}_{tag}"
+        con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM read_csv({sql_str(path)}, header=false, '
+                    f"auto_detect=false, columns={_columns(key)}, quote='\"', escape='\"', "
+                    "strict_mode=false, null_padding=true)")
+        names[key] = name
+    return names
+
+
+def _variant(scan: TraceScan, has_stack: bool) -> str:
+    parts = ["chrome_trace_v" + str(scan.header.get("schemaVersion", "none"))]
+    parts.append("device" if scan.counts["kernel"] else "cpu_only")
+    if scan.header.get("record_shapes"):
+        parts.append("shapes")
+    if has_stack:
+        parts.append("stack")
+    return "+".join(parts)
+
+
+def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceResult:
+    """Read one ``*.json[.gz]`` Chrome trace into ``kernels``, ``host_ops``, ``call_stacks`` and
+    ``mstx_ranges`` of the open run ``writer``.
+
+    Args:
+        path: the trace file. writer: :class:`tilake.lake.store.RunWriter`.
+        partition: ``{"side": …, "rank": …}``. capture_id: the capture's stable id.
+    Returns:
+        :class:`TraceResult`; ``capture`` holds ``schema_variant``, ``schema_version``,
+        ``table_rows`` (events per category, steps), ``session_*_ns``, ``truncated``, ``backend``.
+    Raises:
+        TilakeError: the file is not a Chrome trace, or its JSON/gzip stream is truncated or
+            damaged (the caller's lake stays unchanged).
+    """
+    path = Path(path)
+    scan = read_header(path)
+    cap = {"backend": BACKEND, "truncated": False, "schema_version": None,
+           "profiler_level": "torch.profiler"}
+    if scan.legacy:
+        cap.update(schema_variant="legacy_autograd_array", table_rows="{}")
+        return TraceResult("evidence_missing",
+                           "legacy autograd-profiler trace (a bare JSON array, PyTorch < 1.8.1): no event "
+                           "categories and no kernel links; profile again with torch.profiler.profile", capture=cap)
+    version = scan.header.get("schemaVersion")
+    cap["schema_version"] = None if version is None else str(version)
+    folder = writer.staging / f"trace-{uuid.uuid4().hex[:8]}"
+    try:
+        paths = stream_events(path, folder, scan)
+        return _write(writer, partition, capture_id, scan, paths, cap, version)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) -> TraceResult:
+    con = writer.con
+    # bounded memory for multi-GB traces: DuckDB spills joins and sorts to the run's staging folder
+    con.execute("SET memory_limit='1GB'")
+    con.execute(f"SET temp_directory={sql_str(writer.staging / 'spill')}")
+    tag = uuid.uuid4().hex[:8]
+    t = _load_csvs(con, paths, tag)
+    n_py = con.execute(f'SELECT count(*) FROM "{t["py"]}"').fetchone()[0]
+    base = int(scan.header.get("baseTimeNanoseconds") or 0)
+    rows = {k: v for k, v in sorted(scan.counts.items())}
+    rows["steps"] = scan.steps
+    cap.update(schema_variant=_variant(scan, n_py > 0), table_rows=json.dumps(rows, separators=(",", ":")),
+               session_start_ns=None if scan.start_ns is None else base + scan.start_ns,
+               session_end_ns=None if scan.end_ns is None else base + scan.end_ns)
+    known = scan.counts["cpu_op"] + scan.counts["kernel"]
+    if not known:
+        seen = ", ".join(f"{k}={v}" for k, v in sorted(scan.counts.items())) or "no events"
+        ver = ("" if version in KNOWN_SCHEMA_VERSIONS
+               else f"schemaVersion {version!r} is not one tilake knows ({sorted(KNOWN_SCHEMA_VERSIONS)}); ")
+        return TraceResult("evidence_missing", f"{ver}no cpu_op or kernel events in the trace ({seen})",
+                           capture=cap)
+    cid = sql_str(capture_id)
+    chain = _callchains(writer, partition, cid, t) if n_py else None
+    cc = f'LEFT JOIN "{chain}" cc ON cc.idx = o.idx' if chain else ""
+    ccol = "cc.callchain_id" if chain else "CAST(NULL AS BIGINT)"
+    device = scan.counts["kernel"] > 0
+    if device:
+        con.execute(f"""CREATE TEMP TABLE "_trace_k_{tag}" AS
+            SELECT d.*, r.name AS api, coalesce(d.ext_id, r.ext_id) AS link
+            FROM "{t['device']}" d
+            LEFT JOIN (SELECT corr, any_value(ext_id) AS ext_id, any_value(name) AS name
+                       FROM "{t['runtime']}" WHERE corr IS NOT NULL GROUP BY corr) r ON r.corr = d.corr
+            WHERE d.cat = 'kernel'""")
+        first = f'(SELECT ext_id, min(idx) AS idx FROM "{t["ops"]}" WHERE ext_id IS NOT NULL GROUP BY ext_id)'
+        nk = writer.copy_query("kernels", f"""
+            SELECT {cid} AS capture_id, 'trace' AS source_kind, k.idx AS global_task_id,
+                   TRY_CAST(k.device AS INTEGER) AS device_id, TRY_CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream_id,
+                   k.corr AS task_id, {base} + k.ts AS start_ns, {base} + k.ts + k.dur AS end_ns, k.dur AS dur_ns,
+                   k.name AS kernel_name, coalesce(o.name, k.name) AS op_type, o.name IS NULL AS op_type_derived,
+                   'GPU' AS accelerator, 'kernel' AS device_task_type, NULL AS block_dim,
+                   o.dims AS input_shapes, o.types AS input_dtypes, NULL AS input_formats, NULL AS output_shapes,
+                   NULL AS output_dtypes, NULL AS output_formats, k.corr AS connection_id, k.api AS cann_api_name,
+                   o.idx AS host_op_id, o.name AS host_op_name, {ccol} AS callchain_id, 1 AS call_count
+            FROM "_trace_k_{tag}" k
+            LEFT JOIN {first} f ON f.ext_id = k.link
+            LEFT JOIN "{t['ops']}" o ON o.idx = f.idx {cc}""", partition)
+        kcount = (f'(SELECT f.idx AS host_op_id, count(*) AS n FROM "_trace_k_{tag}" d '
+                  f'JOIN {first} f ON f.ext_id = d.link GROUP BY f.idx)')
+    else:
+        # CPU-only: the innermost ops that would launch a kernel are the evidence: among ops outside
+        # NO_KERNEL_OPS and autograd wrappers, and not on 0-d/scalar inputs only (recorded shapes hold
+        # no sized dimension: the scalar operand copies of `x / 4.0`), those with no such op nested
+        # inside (the next one on the thread, ordered by start then longest first, begins after this one ends)
+        skip = ", ".join(sql_str(x) for x in NO_KERNEL_OPS)
+        con.execute(f"""CREATE TEMP TABLE "_trace_leaf_{tag}" AS
+            SELECT idx FROM (
+                SELECT idx, ts + dur AS e, lead(ts) OVER (PARTITION BY pid, tid ORDER BY ts, dur DESC, idx) AS nxt
+                FROM "{t['ops']}" WHERE name NOT IN ({skip}) AND NOT regexp_matches(name, {sql_str(AUTOGRAD_WRAPPER_RE)})
+                  AND NOT coalesce(NOT regexp_matches(dims, '\\[[0-9]'), false))
+            WHERE nxt IS NULL OR nxt >= e""")
+        nk = writer.copy_query("kernels", f"""
+            SELECT {cid} AS capture_id, 'trace' AS source_kind, o.idx AS global_task_id, NULL AS device_id,
+                   NULL AS stream_id, o.ext_id AS task_id, {base} + o.ts AS start_ns, {base} + o.ts + o.dur AS end_ns,
+                   o.dur AS dur_ns, o.name AS kernel_name, o.name AS op_type, false AS op_type_derived,
+                   'CPU' AS accelerator, 'cpu_op' AS device_task_type, NULL AS block_dim,
+                   o.dims AS input_shapes, o.types AS input_dtypes, NULL AS input_formats, NULL AS output_shapes,
+                   NULL AS output_dtypes, NULL AS output_formats, o.ext_id AS connection_id, NULL AS cann_api_name,
+                   o.idx AS host_op_id, o.name AS host_op_name, {ccol} AS callchain_id, 1 AS call_count
+            FROM "{t['ops']}" o JOIN "_trace_leaf_{tag}" l ON l.idx = o.idx {cc}""", partition)
+        kcount = f'(SELECT idx AS host_op_id, 1 AS n FROM "_trace_leaf_{tag}")'
+    nh = writer.copy_query("host_ops", f"""
+        SELECT {cid} AS capture_id, 'trace' AS source_kind, o.idx AS host_op_id, o.name AS name,
+               {base} + o.ts AS start_ns, {base} + o.ts + o.dur AS end_ns, TRY_CAST(o.tid AS BIGINT) AS global_tid,
+               o.ext_id AS connection_id, o.seq AS sequence_number, o.dims AS input_shapes,
+               o.types AS input_dtypes, {ccol} AS callchain_id, coalesce(kc.n, 0) AS kernel_count, 1 AS call_count
+        FROM "{t['ops']}" o LEFT JOIN {kcount} kc ON kc.host_op_id = o.idx {cc}""", partition)
+    writer.copy_query("mstx_ranges", f"""
+        SELECT {cid} AS capture_id, name AS message, {base} + ts AS start_ns, {base} + ts + dur AS end_ns,
+               TRY_CAST(tid AS BIGINT) AS global_tid
+        FROM "{t['ranges']}" WHERE cat = 'user_annotation'""", partition)
+    for name in list(t.values()) + [f"_trace_k_{tag}", f"_trace_leaf_{tag}"] + ([chain] if chain else []):
+        con.execute(f'DROP TABLE IF EXISTS "{name}"')
+    if device:
+        return TraceResult("ok", f"device kernels (cat kernel) from {scan.counts['kernel']} events",
+                           nk, nh, "device", cap)
+    return TraceResult("ok", "CPU-only trace: no device events (cat kernel/gpu_memcpy/gpu_memset); "
+                       f"{nk} innermost CPU ops (cpu_op) are the evidence, not device kernels", nk, nh, "cpu_ops", cap)
+
+
+def _callchains(writer, partition, cid: str, t: Dict[str, str]) -> str:
+    """Innermost enclosing ``python_function`` of every op (its ``Python id`` is the callchain id)
+    and the ``call_stacks`` rows of each chain. Returns the temp table ``(idx, callchain_id)``.
+
+    Notes:
+        1. ``P`` = the Python frame on the op's thread that started last at or before the op (ASOF join);
+        2. frames nest properly on one thread, so the innermost frame enclosing the op is ``P`` or one of
+           its ancestors: walk ``Python parent id`` up from ``P`` until a frame's span covers the op's;
+        3. a chain's frames are that frame and its ancestors, depth 0 = innermost.
+    """
+    con = writer.con
+    name = f"_trace_cc_{uuid.uuid4().hex[:8]}"
+    pyu = f"_trace_pyu_{uuid.uuid4().hex[:8]}"
+    con.execute(f"""CREATE TEMP TABLE "{pyu}" AS SELECT py_id, any_value(parent_id) AS parent_id,
+        any_value(name) AS name, any_value(ts) AS ts, any_value(ts + dur) AS e
+        FROM "{t['py']}" WHERE py_id IS NOT NULL GROUP BY py_id""")
+    con.execute(f"""CREATE TEMP TABLE "{name}" AS
+        WITH RECURSIVE start AS (
+            SELECT o.idx, o.ts AS ots, o.ts + o.dur AS oe, p.py_id
+            FROM "{t['ops']}" o ASOF JOIN "{t['py']}" p ON o.pid = p.pid AND o.tid = p.tid AND o.ts >= p.ts),
+        walk(idx, ots, oe, py_id, n) AS (
+            SELECT idx, ots, oe, py_id, 0 FROM start
+            UNION ALL
+            SELECT w.idx, w.ots, w.oe, f.parent_id, w.n + 1 FROM walk w JOIN "{pyu}" f ON f.py_id = w.py_id
+            WHERE NOT (f.ts <= w.ots AND f.e >= w.oe) AND f.parent_id IS NOT NULL AND w.n < 512)
+        SELECT w.idx, w.py_id AS callchain_id FROM walk w JOIN "{pyu}" f ON f.py_id = w.py_id
+        WHERE f.ts <= w.ots AND f.e >= w.oe""")
+    writer.copy_query("call_stacks", f"""
+        WITH RECURSIVE chain(callchain_id, depth, py_id) AS (
+            SELECT DISTINCT callchain_id, 0, callchain_id FROM "{name}"
+            UNION ALL
+            SELECT c.callchain_id, c.depth + 1, p.parent_id FROM chain c JOIN "{pyu}" p ON p.py_id = c.py_id
+            WHERE p.parent_id IS NOT NULL AND c.depth < 512)
+        SELECT {cid} AS capture_id, c.callchain_id, c.depth, p.name AS frame
+        FROM chain c JOIN "{pyu}" p ON p.py_id = c.py_id""", partition)
+    con.execute(f'DROP TABLE "{pyu}"')
+    return name

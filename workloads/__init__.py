@@ -1,0 +1,1 @@
+"""Real workloads profiled on this machine (tiny models under torch.profiler)."""
