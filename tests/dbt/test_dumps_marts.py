@@ -51,6 +51,18 @@ def test_marts_match_python(tmp_path):
                       "where run_id = 'gen-scale' order by point_no").fetchall()
     assert pts == [(p["round"], p["boundary"], p["class"]) for p in an.points] == [
         (0, "L0.attn_core.out", "logic-level"), (1, "L1.attn_core.out", "logic-level")]
+    # amplification of each point: the largest max|diff| over the differing boundaries after it in its
+    # round, over its own; the mart reads what diagnosis/lake_rows.py wrote
+    amp = con.execute("select round, boundary, downstream_differing, amplification from main.fct_difference_points "
+                      "where run_id = 'gen-scale' order by point_no").fetchall()
+    want = []
+    for p in an.points:
+        down = [r for r in an.boundary_rows if r["round"] == p["round"] and r["position"] > p["position"]
+                and r["status"] in ("NOT_EXACT", "DTYPE_DIFF", "NONFINITE")]
+        dmax = max(c["max_abs_diff"] for c in down)
+        want.append((p["round"], p["boundary"], len(down), dmax / p["max_abs_diff"]))
+    assert [a[:3] for a in amp] == [w[:3] for w in want] and all(w[2] > 0 for w in want)
+    assert [a[3] for a in amp] == pytest.approx([w[3] for w in want])
     fd = con.execute("select round, first_divergence, first_divergence_status from main.fct_boundary_diffs "
                      "where run_id = 'gen-scale' group by all order by round").fetchall()
     assert fd == [(0, "L0.attn_core.out", "found"), (1, "L1.attn_core.out", "found"), (2, None, "none")]
