@@ -56,7 +56,8 @@ class Command:
             ``unset`` the keyword is ``words[0]``). redirs: its redirections. line: 1-based line
             of its first word. conditional: inside ``if``/``for``/``while``/``until``/``case``/
             subshell. in_function: inside a function body (``function`` = that function's name).
-        arrays: ``NAME=( ... )`` assignments of the command.
+        arrays: ``NAME=( ... )`` assignments of the command. A command right of ``&&``/``||``
+            counts as conditional (it runs only when the left one succeeds or fails).
         pipeline: first word of every command of the pipeline it belongs to, in order (``[]``
             when it is not part of a pipeline). pipe_index: its position there.
     """
@@ -77,7 +78,7 @@ _CONDITIONAL = {"if_statement", "elif_clause", "else_clause", "while_statement",
                 "select_statement"}
 #: children of a loop header that are not commands (loop variable, word list, C-style clauses)
 _LOOP_BODY_ONLY = {"for_statement", "c_style_for_statement", "select_statement"}
-_PASS = {"program", "list", "compound_statement", "do_group", "negated_command", "then_clause"}
+_PASS = {"program", "compound_statement", "do_group", "negated_command"}
 _REDIRS = {"file_redirect", "heredoc_redirect", "herestring_redirect"}
 _WHAT = {"string": "double quote", "raw_string": "single quote", "array": "array", "command_substitution":
          "command substitution", "expansion": "${...} expansion", "arithmetic_expansion": "$((...))",
@@ -153,6 +154,10 @@ class _Walker:
             for k, c in enumerate(node.children):
                 if node.field_name_for_child(k) not in skip:
                     self.walk(c, True, fn, [])
+            return
+        if t == "list":         # a && b / a || b: b runs only when a succeeds (fails)
+            for k, c in enumerate(c for c in node.children if c.is_named):
+                self.walk(c, cond or k > 0, fn, [])
             return
         if t in _PASS:
             for c in node.children:

@@ -86,8 +86,10 @@ def _csv_with_rows(pt_dir: Path, names: Sequence[str]) -> Optional[Path]:
     for name in names:
         p = out / name
         try:
-            if p.is_file() and sum(1 for ln in p.open(encoding="utf-8-sig", errors="replace") if ln.strip()) > 1:
-                return p
+            if p.is_file():
+                with p.open(encoding="utf-8-sig", errors="replace") as fh:
+                    if sum(1 for ln in fh if ln.strip()) > 1:
+                        return p
         except OSError:
             continue
     return None

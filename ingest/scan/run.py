@@ -183,6 +183,10 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
             interrupted, reason = True, "interrupted (Ctrl-C)"
             _kill_group(proc)
             returncode = proc.returncode
+        finally:
+            th.join(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
         log.write(f"# tilake scan: exit status {returncode}{' (' + reason + ')' if reason else ''}\n")
     elapsed = time.monotonic() - start
     dest: Optional[Path] = final_log

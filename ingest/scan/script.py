@@ -40,7 +40,9 @@ class ParsedScript:
             → ``"unknown"``), excluding the inherited environment unless the script changed them.
         config: the extracted RL config (see :func:`extract_config`), each value a string/int/bool
             or ``"unknown"``. sources: where each config value came from.
-        profiler: ``{"present": bool, "evidence": [...], "save_path": str|"unknown", "warnings": [...]}``.
+        profiler: ``{"present": bool, "evidence": [...], "save_path": str|"unknown", "steps": [int]|
+            "unknown", "warnings": [...], "plan": str|None}`` (``plan``: where a script's own profiler
+            writes and which step must be reached).
         warnings: things the parser could not follow (sourced files, cd, other launch commands).
         run_warnings: reasons the run will not happen here or its exit status will lie (``ray job
             submit --no-wait``, ``| tee`` without ``pipefail``, ``set -u`` with a variable unset before

@@ -156,8 +156,8 @@ def extract_config(launch: LaunchCommand, shell: Shell, script: Path,
     for name, leaf in _MEGATRON:
         key = f"actor_rollout_ref.actor.megatron.{leaf}"
         from_key(f"train_{name}", key)
-        if cfg[f"train_{name}"] != UNKNOWN:
-            continue
+        if key in ov:
+            continue          # set by the script (perhaps to a value only known at run time)
         if backend == "megatron":
             value, where = (file_values[key], files[0]) if key in file_values else MEGATRON_DEFAULTS[key]
             cfg[f"train_{name}"], src[f"train_{name}"] = value, f"verl megatron default ({leaf}: {value}, {where})"
@@ -169,7 +169,7 @@ def extract_config(launch: LaunchCommand, shell: Shell, script: Path,
         caveat = f"; config {config_stem(chosen) or 'of ' + launch.module} not found here, it may set another value"
     for name, key in FIELDS.items():
         from_key(name, key)
-        if cfg[name] != UNKNOWN:
+        if key in ov:
             continue
         if key in file_values:
             cfg[name], src[name] = file_values[key], f"config default ({key.rsplit('.', 1)[1]} in {files[0]})"

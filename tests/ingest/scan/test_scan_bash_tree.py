@@ -56,3 +56,15 @@ def test_quoted_all_elements_of_nothing_is_no_field():
     assert sh.expand_word('"$@"') == [] and sh.expand_word('"${E[@]}"') == []
     assert sh.expand_word('""') == [""] and sh.expand_word('"x$@"') == ["x"]
     assert Shell({}, args=["a b", "c"]).expand_word('"$@"') == ["a b", "c"]
+
+
+def test_right_of_and_or_is_conditional(tmp_path):
+    from tilake.ingest.scan.script import UNKNOWN, parse_script
+    s = tmp_path / "s.sh"
+    s.write_text('[ -z "$TP" ] && TP=7\nN=2\n[ -d /nope ] || N=3\n'
+                 "python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.tensor_model_parallel_size=$TP "
+                 "actor_rollout_ref.rollout.n=$N\n")
+    p = parse_script(s, env={"TP": "3"})
+    # bash keeps TP=3 here and N depends on /nope: neither is guessed
+    assert p.config["infer_tp"] == UNKNOWN and p.config["rollout_n"] == UNKNOWN
+    assert "conditional block (line 1)" in p.sources["infer_tp"]
