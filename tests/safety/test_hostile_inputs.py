@@ -160,6 +160,12 @@ def test_card_values_and_names_are_escaped_in_the_alignment_report(pair, tmp_pat
 
 # ------------------------------------------------------------------ 4. broken machines get one line
 
+def _umount(path: Path) -> None:
+    """Unmount; lazily when busy (dbt-duckdb may still hold a file of the lake in this process)."""
+    if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
 def _ro_lake(src: Path, tmp_path: Path):
     """A read-only view of ``src``: a read-only bind mount as root, else ``chmod -R a-w``."""
     ro = tmp_path / "ro"
@@ -167,7 +173,7 @@ def _ro_lake(src: Path, tmp_path: Path):
     if os.geteuid() == 0:
         ok = subprocess.run(["mount", "--bind", str(src), str(ro)], capture_output=True).returncode == 0
         if ok and subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True).returncode == 0:
-            return ro, lambda: subprocess.run(["umount", str(ro)], capture_output=True)
+            return ro, lambda: _umount(ro)
         if ok:
             subprocess.run(["umount", str(ro)], capture_output=True)
         pytest.skip("root without mount rights: cannot make a read-only lake (chmod does not stop root)")
@@ -224,8 +230,10 @@ def tiny_fs(tmp_path):
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(m)],
                                            capture_output=True).returncode != 0:
         pytest.skip("needs root with mount rights for a small tmpfs")
-    yield m
-    subprocess.run(["umount", str(m)], capture_output=True)
+    try:
+        yield m
+    finally:
+        _umount(m)
 
 
 def _fill(m: Path, leave_kb: int):
