@@ -297,3 +297,18 @@ def test_lake_write_error_blames_only_the_lake(tmp_path):
     assert "no space left on device" in str(lake_write_error(root, wrapped))
     assert lake_write_error(root, ValueError("bad input")) is None
     assert Lake(root).root == root
+
+
+def test_dump_names_print_literally_on_the_console(tmp_path):
+    x = torch.ones(2, 2)
+    ents = [("Module.m.A.Lin.forward.0", None, {"output": [x]}), ("Module.m.B.Bold.forward.0", None, {"output": [x]}),
+            ("Tensor.Red.0.forward", None, {"output": [x]})]
+    train, infer = write_dump(tmp_path / "train", ents), write_dump(tmp_path / "infer", ents)
+    for d in (train, infer):   # names with rich closing tags (a '/' cannot be in the .pt file name itself)
+        for f in ("dump.json", "construct.json"):
+            t = (d / f).read_text().replace('"Module.m.B.Bold.forward.0"', '"Module.m.B.[/bold].forward.0"')
+            (d / f).write_text(t.replace('"Tensor.Red.0.forward"', '"Tensor.[/red].0.forward"'))
+    r = CliRunner().invoke(main, ["dumps", "probe", "--train", str(train.parents[1]), "--infer", str(infer.parents[1])],
+                           env={"COLUMNS": "250"})
+    assert r.exit_code == 0 and r.exception is None, r.output
+    assert "[/bold]" in r.output
