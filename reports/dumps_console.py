@@ -4,7 +4,11 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+# names and reasons come from the dumps: printed with markup=False (or escaped where a line has our
+# own style tags), so a class named "[/bold]" prints as text instead of raising rich's MarkupError
 
 
 def print_probe(res: Dict[str, Any]) -> None:
@@ -14,39 +18,39 @@ def print_probe(res: Dict[str, Any]) -> None:
         p = res.get(side)
         if not p:
             continue
-        con.print(f"[bold]{side}[/]: {p['path']}  task={p['task']} level={p['level']} "
-                  f"construct={p['construct_variant']} stack={p['stack_variant']} layers={p['layers']}")
+        con.print(f"[bold]{side}[/]: " + escape(f"{p['path']}  task={p['task']} level={p['level']} "
+                  f"construct={p['construct_variant']} stack={p['stack_variant']} layers={p['layers']}"))
         con.print(f"  entries {p['entries']} (modules {p['module_entries']}, APIs {p['api_entries']}), "
                   f"tensor slots {p['tensor_slots']} by io {p['slots_by_io']}")
-        con.print(f"  prefixes: {p['prefixes']}")
+        con.print(f"  prefixes: {p['prefixes']}", markup=False)
         if p["wrapper_segments"]:
-            con.print(f"  wrapper segments: {p['wrapper_segments']}")
-        con.print(f"  module classes: {p['module_classes']}")
+            con.print(f"  wrapper segments: {p['wrapper_segments']}", markup=False)
+        con.print(f"  module classes: {p['module_classes']}", markup=False)
         for f in p["fused_modules"]:
-            con.print(f"  fused: {f['module']} output0 {f['output0_shape']}")
+            con.print(f"  fused: {f['module']} output0 {f['output0_shape']}", markup=False)
         t = Table("API", "calls", "counter range", title=f"{side} APIs", show_edge=False)
         for k, v in list(p["apis"].items())[:15]:
-            t.add_row(k, str(v["calls"]), f"{v['counter_min']}..{v['counter_max']}")
+            t.add_row(escape(k), str(v["calls"]), f"{v['counter_min']}..{v['counter_max']}")
         con.print(t)
         for w in p["warnings"]:
-            con.print(f"  [yellow]warning[/]: {w}")
+            con.print("  [yellow]warning[/]: " + escape(str(w)))
     if "api_counter_drift" in res:
         con.print(f"API call counters drift between sides for: {', '.join(res['api_counter_drift']) or 'none'} "
-                  "(never match API entries by name)")
-        con.print(f"classes only in train: {', '.join(res['classes_only_train'])}")
-        con.print(f"classes only in infer: {', '.join(res['classes_only_infer'])}")
+                  "(never match API entries by name)", markup=False)
+        con.print(f"classes only in train: {', '.join(res['classes_only_train'])}", markup=False)
+        con.print(f"classes only in infer: {', '.join(res['classes_only_infer'])}", markup=False)
 
 
 def print_summary(res: Dict[str, Any]) -> None:
     """Print the outcome of ``tilake dumps analyze``."""
     con = Console()
-    con.print(f"verdict: [bold]{res['verdict']}[/] ({res['consistency']}) — {res['reason']}")
-    con.print(f"first divergence: {res['first_divergence']}")
+    con.print(f"verdict: [bold]{escape(str(res['verdict']))}[/] " + escape(f"({res['consistency']}) — {res['reason']}"))
+    con.print(f"first divergence: {res['first_divergence']}", markup=False)
     for r, b, c in res["points"]:
-        con.print(f"  point: round {r} {b} — {c}")
+        con.print(f"  point: round {r} {b} — {c}", markup=False)
     if res["stub_needed"]:
         con.print("next: apply stub_instruction.json, collect the next round, re-run with --round TRAIN INFER")
     for k, v in res["outputs"].items():
-        con.print(f"  {k}: {v}")
+        con.print(f"  {k}: {v}", markup=False)
     if res.get("lake_rows"):
-        con.print(f"  lake rows: {res['lake_rows']}")
+        con.print(f"  lake rows: {res['lake_rows']}", markup=False)

@@ -21,17 +21,20 @@ from tilake.errors import TilakeError
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-def _env():
+def _env(markdown: bool = False):
     import jinja2
+
+    from tilake.reports.escape import markdown_env
 
     if not (TEMPLATES / "alignment_report.md.j2").is_file():
         raise TilakeError("report template missing (broken install)", path=TEMPLATES)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False,
-                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    # Markdown: every value escaped for Markdown (names, --card values; "|" as in "max|diff|"
+    # would split a cell); HTML: autoescape on, our own SVG passed as Markup
+    kw = dict(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env = (markdown_env(TEMPLATES, **kw) if markdown else
+           jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True, **kw))
     env.filters["fmt"] = _fmt
     env.filters["tojson_compact"] = lambda v: json.dumps(v, ensure_ascii=False)
-    # markdown table cells: a literal "|" (as in "max|diff|") would split the cell
-    env.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
     return env
 
 
@@ -118,15 +121,17 @@ def _write(path: Path, text: str) -> Path:
 
 def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> Dict[str, Path]:
     """Render both reports into ``out_dir``; returns ``{"report_md": path, "report_html": path}``."""
+    from markupsafe import Markup
+
     env = _env()
     out_dir = Path(out_dir)
-    md = env.get_template("alignment_report.md.j2").render(s=src)
+    md = _env(markdown=True).get_template("alignment_report.md.j2").render(s=src)
     hists, chain_png = [], None
     if charts:
         div = [b for b in src["boundaries"] if b.get("ulp_hist") and b["status"] not in ("EXACT",)
                and b.get("mismatch_count")]
         for b in div:
-            hists.append({"boundary": b["boundary"], "round": b["round"], "svg": hist_svg(b)})
+            hists.append({"boundary": b["boundary"], "round": b["round"], "svg": Markup(hist_svg(b))})
         if src.get("amplification_chain"):
             chain_png = chain_chart(src["amplification_chain"], "amplification chain from the first divergence (round 0)")
     html = env.get_template("alignment_report.html.j2").render(s=src, hists=hists, chain_png=chain_png)

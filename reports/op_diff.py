@@ -12,14 +12,17 @@ import csv
 import io
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import StrictUndefined
+from markupsafe import Markup
 
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
+from tilake.reports.escape import csv_cell, markdown_env
 
 HERE = Path(__file__).resolve().parent
 QUERIES = HERE / "queries"
@@ -68,7 +71,7 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
 def grade_span(grade: str, lang: str = "zh") -> str:
     """``<span style="color:red">🔴 高差异</span>`` (seed stage 5 markup) for a grade."""
     color, emoji, zh, en = GRADE_SPAN.get(grade, GRADE_SPAN["evidence_missing"])
-    return f'<span style="color:{color}">{emoji} {zh if lang == "zh" else en}</span>'
+    return Markup(f'<span style="color:{color}">{emoji} {zh if lang == "zh" else en}</span>')   # our own HTML: not escaped
 
 
 def ops_text(ops: Optional[List[str]], calls: Optional[List[int]], with_counts: bool) -> str:
@@ -117,11 +120,15 @@ def csv_rows(facts: Dict[str, Any], lang: str = "zh") -> List[List[str]]:
 
 
 def write_csv(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Path:
-    """``operator_diff_table.csv``: UTF-8 with BOM, the seed's exact (Chinese) header."""
+    """``operator_diff_table.csv``: UTF-8 with BOM, the seed's exact (Chinese) header.
+
+    Every cell goes through :func:`tilake.reports.escape.csv_cell`: a kernel or op name starting
+    with ``= + - @`` is written with a leading ``'`` so a spreadsheet never runs it as a formula.
+    """
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_HEADER)
-    w.writerows(csv_rows(facts, lang))
+    w.writerows([[csv_cell(c) for c in row] for row in csv_rows(facts, lang)])
     _atomic_write(path, b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
     return path
 
@@ -204,9 +211,13 @@ def overview_png(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Optiona
 
 def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str] = None,
                     generated_at: Optional[str] = None) -> str:
-    """Render the seven-section report (Chinese by default, ``lang='en'`` for English)."""
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
-                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    """Render the seven-section report (Chinese by default, ``lang='en'`` for English).
+
+    Every value is escaped for Markdown (:func:`tilake.reports.escape.markdown_env`): names from
+    the captures, model ids and paths cannot inject HTML or break a table row.
+    """
+    env = markdown_env(TEMPLATES, undefined=StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
+                       lstrip_blocks=True)
     env.globals.update(grade_span=lambda g: grade_span(g, lang), ops_text=ops_text, calls_text=calls_text,
                        code_path=lambda r, s: code_path(r, s, lang))
     env.filters["key_rows"] = key_rows
@@ -261,9 +272,11 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     jsons = []
     for side in ("train", "infer"):
         data = runtime_ops(facts, side)
-        p = out_dir / f"{data['backend']}_runtime_ops.json"
-        if data["backend"] == "unknown" or p in jsons:
-            p = out_dir / f"{side}_{data['backend']}_runtime_ops.json"
+        # the backend may come from a parsed launch script: keep it a plain file name
+        backend = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(data["backend"])).lstrip(".") or "unknown"
+        p = out_dir / f"{backend}_runtime_ops.json"
+        if backend == "unknown" or p in jsons:
+            p = out_dir / f"{side}_{backend}_runtime_ops.json"
         _atomic_write(p, (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
         jsons.append(p)
     counts: Dict[str, int] = {}
