@@ -23,7 +23,8 @@ class ProfileResult:
     """Outcome of :func:`run_profile`.
 
     Attributes:
-        status: ``ok`` (both sides have device evidence), ``host_fallback`` (a side relies on
+        status: ``ok`` (both sides have device evidence, or CPU ops of CPU-only torch traces:
+            ``evidence`` says ``cpu_ops``), ``host_fallback`` (a side relies on
             host-side API statistics) or ``evidence_missing``.
         grade_counts: comparison rows per grade (``red``/``orange``/``yellow``/``green``/
             ``evidence_missing``).
@@ -125,6 +126,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
 
     out = write_report(lake.warehouse, run_id, out_dir, lang)
     ev = out["evidence"]
+    ev.update({s: e for s, e in ing.side_evidence.items() if e == "cpu_ops"})  # CPU-only traces, labelled
     status = ("evidence_missing" if "evidence_missing" in ev.values()
               else "host_fallback" if "host_fallback" in ev.values() else "ok")
     warnings = [_warning_text(n) for n in build.warnings]

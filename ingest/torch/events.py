@@ -136,6 +136,11 @@ def _ns(x) -> Optional[int]:
     return None if x is None else round(float(x) * 1000)
 
 
+def _s(x) -> Optional[str]:
+    """A name on one CSV line (DuckDB's parallel CSV reader needs rows without embedded newlines)."""
+    return x.replace("\n", " ").replace("\r", " ") if isinstance(x, str) else x
+
+
 def _j(x) -> Optional[str]:
     return None if x is None else json.dumps(x, separators=(",", ":"))
 
@@ -176,22 +181,22 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
                 tid = e.get("tid")
                 if isinstance(name, str) and name.startswith("ProfilerStep#") and cat != "gpu_user_annotation":
                     scan.steps += 1
-                    w["ranges"].writerow(("user_annotation", name, tid, ts, dur))
+                    w["ranges"].writerow(("user_annotation", _s(name), tid, ts, dur))
                     continue
                 if cat == "cpu_op":
-                    w["ops"].writerow((idx, name, e.get("pid"), tid, ts, dur, args.get("External id"),
+                    w["ops"].writerow((idx, _s(name), e.get("pid"), tid, ts, dur, args.get("External id"),
                                        args.get("Sequence number"), args.get("Fwd thread id"),
                                        _j(args.get("Input Dims")), _j(args.get("Input type"))))
                 elif cat in DEVICE_CATS:
-                    w["device"].writerow((idx, cat, name, e.get("pid"), tid, ts, dur, args.get("External id"),
+                    w["device"].writerow((idx, cat, _s(name), e.get("pid"), tid, ts, dur, args.get("External id"),
                                           args.get("correlation"), args.get("device"), args.get("stream"),
                                           _j(args.get("grid")), _j(args.get("block")), args.get("bytes")))
                 elif cat in ("cuda_runtime", "cuda_driver"):
-                    w["runtime"].writerow((args.get("correlation"), args.get("External id"), name, tid, ts, dur))
+                    w["runtime"].writerow((args.get("correlation"), args.get("External id"), _s(name), tid, ts, dur))
                 elif cat in ("user_annotation", "gpu_user_annotation"):
-                    w["ranges"].writerow((cat, name, tid, ts, dur))
+                    w["ranges"].writerow((cat, _s(name), tid, ts, dur))
                 elif cat == "python_function":
-                    w["py"].writerow((args.get("Python id"), args.get("Python parent id"), name,
+                    w["py"].writerow((args.get("Python id"), args.get("Python parent id"), _s(name),
                                       e.get("pid"), tid, ts, dur))
     except (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
         raise _truncated(path, exc) from exc

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict
 
+import duckdb
+
 from tilake.errors import TilakeError
 from tilake.ingest.torch.events import FILES, KNOWN_SCHEMA_VERSIONS, TraceScan, read_header, stream_events
 from tilake.lake.duck import sql_str
@@ -97,8 +99,7 @@ def _load_csvs(con, paths: Dict[str, Path], tag: str) -> Dict[str, str]:
     for key, path in paths.items():
         name = f"_trace_{key}_{tag}"
         con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM read_csv({sql_str(path)}, header=false, '
-                    f"auto_detect=false, columns={_columns(key)}, quote='\"', escape='\"', "
-                    "strict_mode=false, null_padding=true)")
+                    f"auto_detect=false, columns={_columns(key)}, quote='\"', escape='\"')")
         names[key] = name
     return names
 
@@ -142,6 +143,10 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceR
     try:
         paths = stream_events(path, folder, scan)
         return _write(writer, partition, capture_id, scan, paths, cap, version)
+    except duckdb.Error as exc:
+        if type(exc).__name__ == "InterruptException":
+            raise TilakeError("interrupted by the user; the lake is unchanged") from exc
+        raise TilakeError(f"cannot build lake tables from the trace ({str(exc).splitlines()[0]})", path=path) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

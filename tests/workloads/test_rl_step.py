@@ -53,6 +53,7 @@ def test_example_torch_runs_end_to_end_on_cpu(torch_example):
     report = (out / "train_infer_op_diff_report.md").read_text(encoding="utf-8")
     assert "real torch.profiler traces of a tiny Qwen3-style model" in report
     assert "CPU-only trace" in report  # CPU ops are the evidence, labelled so
+    assert "train: evidence = cpu_ops" in r.output and "infer: evidence = cpu_ops" in r.output
     assert (out / "torch-eager_runtime_ops.json").exists() and (out / "torch-sdpa_runtime_ops.json").exists()
 
 
