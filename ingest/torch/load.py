@@ -154,7 +154,7 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceR
 def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) -> TraceResult:
     con = writer.con
     # bounded memory for multi-GB traces: DuckDB spills joins and sorts to the run's staging folder
-    con.execute("SET memory_limit='1GB'")
+    con.execute("SET memory_limit='600MB'")
     con.execute(f"SET temp_directory={sql_str(writer.staging / 'spill')}")
     tag = uuid.uuid4().hex[:8]
     t = _load_csvs(con, paths, tag)
