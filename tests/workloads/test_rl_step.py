@@ -79,6 +79,16 @@ def test_cuda_traces_graded_by_the_same_rules(tmp_path):
     assert sorted(train_ops) == ["aten::_softmax", "aten::bmm"]
     assert infer_ops == ["aten::_flash_attention_forward"]
     assert (grade, rule) == ("red", "fused_vs_unfused")
+    con = duckdb.connect(str(tmp_path / "lake" / "warehouse.duckdb"), read_only=True)
+    ops = {(r[0], r[1]): r[2:] for r in con.execute(
+        "SELECT side, op_type, category, module, fused, backend FROM fct_side_ops WHERE run_id = 'cuda-synth'"
+    ).fetchall()}
+    con.close()
+    # kernel-name patterns of op_catalog_torch: flash-attention and vLLM kernels fused, cuBLAS GEMMs by aten op
+    assert ops[("infer", "aten::_flash_attention_forward")] == ("attention", "attention", True, "flash_attn")
+    assert ops[("infer", "_C::silu_and_mul")] == ("activation", "activation", True, "vllm")
+    assert ops[("train", "aten::bmm")] == ("matmul", "linear", False, "aten")
+    assert ops[("train", "aten::_softmax")] == ("softmax", "softmax", False, "aten")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA path needs one")
