@@ -102,17 +102,28 @@ def open_trace(path: Path):
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 
-def _truncated(path: Path, exc: Exception) -> TilakeError:
+class TruncatedTrace(TilakeError):
+    """The trace's JSON or gzip stream ends early or is damaged. ``events`` = events read before that."""
+
+    def __init__(self, message: str, path: Path, events: int = 0) -> None:
+        super().__init__(message, path=path)
+        self.reason = message
+        self.events = events
+
+
+def _truncated(path: Path, exc: Exception, events: int = 0) -> TruncatedTrace:
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return TilakeError(f"truncated or corrupt trace: the JSON/gzip stream ends early or is damaged "
-                       f"({detail}); re-export it (export_chrome_trace) or copy it again", path=path)
+    return TruncatedTrace(f"truncated or corrupt trace: the JSON/gzip stream ends early or is damaged after "
+                          f"{events} events ({detail}); re-export it (export_chrome_trace) or copy it again",
+                          path, events)
 
 
 def read_header(path: Path) -> TraceScan:
     """Read the top-level keys that precede ``traceEvents`` (stops there; reads only the head).
 
     Raises:
-        TilakeError: not JSON, truncated before ``traceEvents``, or no ``traceEvents`` key.
+        TruncatedTrace: not JSON, or truncated before ``traceEvents``.
+        TilakeError: no ``traceEvents`` key.
     """
     scan = TraceScan()
     try:
@@ -152,7 +163,7 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
     ``baseTimeNanoseconds``. Returns the CSV path per staging file name (:data:`FILES`).
 
     Raises:
-        TilakeError: the JSON or gzip stream ends early or is malformed (names the file).
+        TruncatedTrace: the JSON or gzip stream ends early or is malformed (names the file).
     """
     folder.mkdir(parents=True, exist_ok=True)
     paths = {k: folder / f"{k}.csv" for k in FILES}
@@ -199,7 +210,7 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
                     w["py"].writerow((args.get("Python id"), args.get("Python parent id"), _s(name),
                                       e.get("pid"), tid, ts, dur))
     except (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
-        raise _truncated(path, exc) from exc
+        raise _truncated(path, exc, idx) from exc
     finally:
         for h in handles.values():
             h.close()
