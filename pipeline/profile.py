@@ -126,7 +126,6 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
 
     out = write_report(lake.warehouse, run_id, out_dir, lang)
     ev = out["evidence"]
-    ev.update({s: e for s, e in ing.side_evidence.items() if e == "cpu_ops"})  # CPU-only traces, labelled
     status = ("evidence_missing" if "evidence_missing" in ev.values()
               else "host_fallback" if "host_fallback" in ev.values() else "ok")
     warnings = [_warning_text(n) for n in build.warnings]
