@@ -16,6 +16,7 @@ Prints figures, asserts nothing. Steps, all in one run:
 Usage::
 
     python bench/bench_torch_trace.py [--size-mb 1024] [--no-device] [--duckdb] [--keep] [--workdir DIR]
+    python bench/bench_torch_trace.py --trace DIR/bench.pt.trace.json --workdir DIR --keep   # reuse
 """
 from __future__ import annotations
 
@@ -132,16 +133,19 @@ def main() -> None:
     ap.add_argument("--no-device", dest="device", action="store_false")
     ap.add_argument("--duckdb", action="store_true", help="also time DuckDB read_json of the whole file")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--trace", type=Path, help="reuse a trace written by an earlier --keep run")
     ap.add_argument("--workdir", type=Path)
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="tilake-bench-trace-"))
     work.mkdir(parents=True, exist_ok=True)
-    trace = work / "bench.pt.trace.json"
+    trace = args.trace or work / "bench.pt.trace.json"
     try:
-        t0 = time.perf_counter()
-        counts = write_big_trace(trace, template(work), args.size_mb, args.device)
-        print(f"trace: {trace} {trace.stat().st_size / 2**20:.0f} MiB written in {time.perf_counter() - t0:.1f} s; "
-              f"events: {json.dumps(counts, sort_keys=True)}")
+        if not args.trace:
+            t0 = time.perf_counter()
+            counts = write_big_trace(trace, template(work), args.size_mb, args.device)
+            print(f"trace: {trace} {trace.stat().st_size / 2**20:.0f} MiB written in "
+                  f"{time.perf_counter() - t0:.1f} s; events: {json.dumps(counts, sort_keys=True)}")
+        shutil.rmtree(work / "lake", ignore_errors=True)
         exe = Path(sys.executable).with_name("tilake")
         cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "tilake.cli"]
         dt, rss, out = measure(cmd + ["ingest", "--lake", str(work / "lake"), "--run-id", "bench",

@@ -33,7 +33,8 @@ class ProfileResult:
     """Outcome of :func:`run_profile`.
 
     Attributes:
-        status: ``ok`` (both sides have device evidence), ``host_fallback`` (a side relies on
+        status: ``ok`` (both sides have device evidence, or CPU ops of CPU-only torch traces:
+            ``evidence`` says ``cpu_ops``), ``host_fallback`` (a side relies on
             host-side API statistics) or ``evidence_missing``.
         grade_counts: comparison rows per grade (``red``/``orange``/``yellow``/``green``/
             ``evidence_missing``).

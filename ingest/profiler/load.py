@@ -42,6 +42,7 @@ class CaptureResult:
     kernels: int = 0
     host_ops: int = 0
     source_kind: str = ""
+    evidence: str = ""  # torch traces: device | cpu_ops (CPU-only trace)
 
 
 @dataclass
@@ -49,7 +50,8 @@ class IngestResult:
     """Outcome of one ingest: per-capture results and per-side evidence.
 
     Attributes:
-        side_evidence: side → ``device`` | ``host_fallback`` | ``evidence_missing``.
+        side_evidence: side → ``device`` | ``cpu_ops`` (CPU-only torch traces: CPU ops stand for
+            kernels) | ``host_fallback`` | ``evidence_missing``.
         side_reason: side → why evidence is missing (empty when present).
     """
 
@@ -167,7 +169,7 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                 elif cap.kind == "trace":
                     tr = ingest_trace(cap.path, w, part, row["capture_id"])
                     row.update(tr.capture, size_bytes=file_size(cap.path), sha256=sha256_file(cap.path))
-                    res = CaptureResult(cap, tr.status, tr.reason, tr.kernels, tr.host_ops, "trace")
+                    res = CaptureResult(cap, tr.status, tr.reason, tr.kernels, tr.host_ops, "trace", tr.evidence)
                 elif cap.kind == "raw":
                     res = CaptureResult(cap, "unparsed",
                                         "raw profiler data not parsed (FRAMEWORK/ and PROF_* only): run "
@@ -187,8 +189,9 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             mine = [c for c in result.captures if c.capture.side == side]
             usable = [c for c in mine if c.status in USABLE]
             if usable:
-                result.side_evidence[side] = ("device" if any(c.status == "ok" for c in usable)
-                                              else "host_fallback")
+                result.side_evidence[side] = (
+                    "device" if any(c.status == "ok" and c.evidence != "cpu_ops" for c in usable)
+                    else "cpu_ops" if any(c.status == "ok" for c in usable) else "host_fallback")
                 result.side_reason[side] = ""
                 continue
             why = (f"{mine[0].capture.path}: {mine[0].reason}" if mine

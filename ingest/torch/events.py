@@ -102,17 +102,28 @@ def open_trace(path: Path):
     return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
 
 
-def _truncated(path: Path, exc: Exception) -> TilakeError:
+class TruncatedTrace(TilakeError):
+    """The trace's JSON or gzip stream ends early or is damaged. ``events`` = events read before that."""
+
+    def __init__(self, message: str, path: Path, events: int = 0) -> None:
+        super().__init__(message, path=path)
+        self.reason = message
+        self.events = events
+
+
+def _truncated(path: Path, exc: Exception, events: int = 0) -> TruncatedTrace:
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return TilakeError(f"truncated or corrupt trace: the JSON/gzip stream ends early or is damaged "
-                       f"({detail}); re-export it (export_chrome_trace) or copy it again", path=path)
+    return TruncatedTrace(f"truncated or corrupt trace: the JSON/gzip stream ends early or is damaged after "
+                          f"{events} events ({detail}); re-export it (export_chrome_trace) or copy it again",
+                          path, events)
 
 
 def read_header(path: Path) -> TraceScan:
     """Read the top-level keys that precede ``traceEvents`` (stops there; reads only the head).
 
     Raises:
-        TilakeError: not JSON, truncated before ``traceEvents``, or no ``traceEvents`` key.
+        TruncatedTrace: not JSON, or truncated before ``traceEvents``.
+        TilakeError: no ``traceEvents`` key.
     """
     scan = TraceScan()
     try:
@@ -136,6 +147,11 @@ def _ns(x) -> Optional[int]:
     return None if x is None else round(float(x) * 1000)
 
 
+def _s(x) -> Optional[str]:
+    """A name on one CSV line (DuckDB's parallel CSV reader needs rows without embedded newlines)."""
+    return x.replace("\n", " ").replace("\r", " ") if isinstance(x, str) else x
+
+
 def _j(x) -> Optional[str]:
     return None if x is None else json.dumps(x, separators=(",", ":"))
 
@@ -147,7 +163,7 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
     ``baseTimeNanoseconds``. Returns the CSV path per staging file name (:data:`FILES`).
 
     Raises:
-        TilakeError: the JSON or gzip stream ends early or is malformed (names the file).
+        TruncatedTrace: the JSON or gzip stream ends early or is malformed (names the file).
     """
     folder.mkdir(parents=True, exist_ok=True)
     paths = {k: folder / f"{k}.csv" for k in FILES}
@@ -176,25 +192,25 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
                 tid = e.get("tid")
                 if isinstance(name, str) and name.startswith("ProfilerStep#") and cat != "gpu_user_annotation":
                     scan.steps += 1
-                    w["ranges"].writerow(("user_annotation", name, tid, ts, dur))
+                    w["ranges"].writerow(("user_annotation", _s(name), tid, ts, dur))
                     continue
                 if cat == "cpu_op":
-                    w["ops"].writerow((idx, name, e.get("pid"), tid, ts, dur, args.get("External id"),
+                    w["ops"].writerow((idx, _s(name), e.get("pid"), tid, ts, dur, args.get("External id"),
                                        args.get("Sequence number"), args.get("Fwd thread id"),
                                        _j(args.get("Input Dims")), _j(args.get("Input type"))))
                 elif cat in DEVICE_CATS:
-                    w["device"].writerow((idx, cat, name, e.get("pid"), tid, ts, dur, args.get("External id"),
+                    w["device"].writerow((idx, cat, _s(name), e.get("pid"), tid, ts, dur, args.get("External id"),
                                           args.get("correlation"), args.get("device"), args.get("stream"),
                                           _j(args.get("grid")), _j(args.get("block")), args.get("bytes")))
                 elif cat in ("cuda_runtime", "cuda_driver"):
-                    w["runtime"].writerow((args.get("correlation"), args.get("External id"), name, tid, ts, dur))
+                    w["runtime"].writerow((args.get("correlation"), args.get("External id"), _s(name), tid, ts, dur))
                 elif cat in ("user_annotation", "gpu_user_annotation"):
-                    w["ranges"].writerow((cat, name, tid, ts, dur))
+                    w["ranges"].writerow((cat, _s(name), tid, ts, dur))
                 elif cat == "python_function":
-                    w["py"].writerow((args.get("Python id"), args.get("Python parent id"), name,
+                    w["py"].writerow((args.get("Python id"), args.get("Python parent id"), _s(name),
                                       e.get("pid"), tid, ts, dur))
     except (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
-        raise _truncated(path, exc) from exc
+        raise _truncated(path, exc, idx) from exc
     finally:
         for h in handles.values():
             h.close()

@@ -33,8 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict
 
+import duckdb
+
 from tilake.errors import TilakeError
-from tilake.ingest.torch.events import FILES, KNOWN_SCHEMA_VERSIONS, TraceScan, read_header, stream_events
+from tilake.ingest.torch.events import (KNOWN_SCHEMA_VERSIONS, TraceScan, TruncatedTrace, read_header,
+                                       stream_events)
 from tilake.lake.duck import sql_str
 
 BACKEND = "torch_trace"
@@ -97,8 +100,7 @@ def _load_csvs(con, paths: Dict[str, Path], tag: str) -> Dict[str, str]:
     for key, path in paths.items():
         name = f"_trace_{key}_{tag}"
         con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM read_csv({sql_str(path)}, header=false, '
-                    f"auto_detect=false, columns={_columns(key)}, quote='\"', escape='\"', "
-                    "strict_mode=false, null_padding=true)")
+                    f"auto_detect=false, columns={_columns(key)}, quote='\"', escape='\"')")
         names[key] = name
     return names
 
@@ -123,14 +125,19 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceR
     Returns:
         :class:`TraceResult`; ``capture`` holds ``schema_variant``, ``schema_version``,
         ``table_rows`` (events per category, steps), ``session_*_ns``, ``truncated``, ``backend``.
+        A truncated or damaged JSON/gzip stream gives ``evidence_missing`` with ``truncated`` set
+        and no rows (the side then fails the ingest unless another capture or ``allow_missing``).
     Raises:
-        TilakeError: the file is not a Chrome trace, or its JSON/gzip stream is truncated or
-            damaged (the caller's lake stays unchanged).
+        TilakeError: the file is a JSON object without ``traceEvents``; DuckDB cannot build the
+            tables (the caller's lake stays unchanged).
     """
     path = Path(path)
-    scan = read_header(path)
     cap = {"backend": BACKEND, "truncated": False, "schema_version": None,
            "profiler_level": "torch.profiler"}
+    try:
+        scan = read_header(path)
+    except TruncatedTrace as exc:
+        return _truncated_result(cap, exc, TraceScan())
     if scan.legacy:
         cap.update(schema_variant="legacy_autograd_array", table_rows="{}")
         return TraceResult("evidence_missing",
@@ -140,16 +147,33 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceR
     cap["schema_version"] = None if version is None else str(version)
     folder = writer.staging / f"trace-{uuid.uuid4().hex[:8]}"
     try:
-        paths = stream_events(path, folder, scan)
+        try:
+            paths = stream_events(path, folder, scan)
+        except TruncatedTrace as exc:
+            return _truncated_result(cap, exc, scan)
         return _write(writer, partition, capture_id, scan, paths, cap, version)
+    except duckdb.Error as exc:
+        if type(exc).__name__ == "InterruptException":
+            raise TilakeError("interrupted by the user; the lake is unchanged") from exc
+        raise TilakeError(f"cannot build lake tables from the trace ({str(exc).splitlines()[0]})", path=path) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _truncated_result(cap: Dict, exc: TruncatedTrace, scan: TraceScan) -> TraceResult:
+    """A truncated/damaged trace is recorded in capture health (``truncated``, events counted before
+    the break) and gives no rows: partial evidence would read as ops missing on one side."""
+    rows = dict(sorted(scan.counts.items()))
+    rows["steps"] = scan.steps
+    cap.update(truncated=True, schema_variant="chrome_trace_truncated",
+               table_rows=json.dumps(rows, separators=(",", ":")))
+    return TraceResult("evidence_missing", exc.reason, capture=cap)
 
 
 def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) -> TraceResult:
     con = writer.con
     # bounded memory for multi-GB traces: DuckDB spills joins and sorts to the run's staging folder
-    con.execute("SET memory_limit='1GB'")
+    con.execute("SET memory_limit='600MB'")
     con.execute(f"SET temp_directory={sql_str(writer.staging / 'spill')}")
     tag = uuid.uuid4().hex[:8]
     t = _load_csvs(con, paths, tag)

@@ -53,6 +53,7 @@ def test_example_torch_runs_end_to_end_on_cpu(torch_example):
     report = (out / "train_infer_op_diff_report.md").read_text(encoding="utf-8")
     assert "real torch.profiler traces of a tiny Qwen3-style model" in report
     assert "CPU-only trace" in report  # CPU ops are the evidence, labelled so
+    assert "train: evidence = cpu_ops" in r.output and "infer: evidence = cpu_ops" in r.output
     assert (out / "torch-eager_runtime_ops.json").exists() and (out / "torch-sdpa_runtime_ops.json").exists()
 
 
@@ -78,6 +79,16 @@ def test_cuda_traces_graded_by_the_same_rules(tmp_path):
     assert sorted(train_ops) == ["aten::_softmax", "aten::bmm"]
     assert infer_ops == ["aten::_flash_attention_forward"]
     assert (grade, rule) == ("red", "fused_vs_unfused")
+    con = duckdb.connect(str(tmp_path / "lake" / "warehouse.duckdb"), read_only=True)
+    ops = {(r[0], r[1]): r[2:] for r in con.execute(
+        "SELECT side, op_type, category, module, fused, backend FROM fct_side_ops WHERE run_id = 'cuda-synth'"
+    ).fetchall()}
+    con.close()
+    # kernel-name patterns of op_catalog_torch: flash-attention and vLLM kernels fused, cuBLAS GEMMs by aten op
+    assert ops[("infer", "aten::_flash_attention_forward")] == ("attention", "attention", True, "flash_attn")
+    assert ops[("infer", "_C::silu_and_mul")] == ("activation", "activation", True, "vllm")
+    assert ops[("train", "aten::bmm")] == ("matmul", "linear", False, "aten")
+    assert ops[("train", "aten::_softmax")] == ("softmax", "softmax", False, "aten")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA path needs one")

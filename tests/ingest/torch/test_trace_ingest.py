@@ -104,7 +104,7 @@ def test_discover_verl_layout_sides(tmp_path):
 
 def test_truncated_gz_is_one_clear_error_and_lake_unchanged(tmp_path):
     p = tmp_path / "prof_rank-0.json.gz"
-    make_trace(p, TRAIN_CUDA, steps=3)
+    make_trace(p, TRAIN_CUDA, steps=300)  # larger than ijson's read buffer: events come before the break
     data = p.read_bytes()
     p.write_bytes(data[: len(data) // 2])
     lake = Lake(tmp_path / "lake")
@@ -113,6 +113,13 @@ def test_truncated_gz_is_one_clear_error_and_lake_unchanged(tmp_path):
     msg = str(e.value)
     assert "truncated or corrupt trace" in msg and str(p) in msg and "\n" not in msg
     assert not (lake.raw / "kernels" / "run_id=t1").exists()
+    # recorded in capture health when the run goes on without that side: truncated, no rows, never "no difference"
+    lake, res = _ingest(tmp_path, explicit(p, "train"), allow_missing=True)
+    assert res.captures[0].status == "evidence_missing" and res.side_evidence["train"] == "evidence_missing"
+    cap = _dicts(lake, "captures")[0]
+    assert cap["truncated"] is True and cap["kernel_count"] == 0 and "truncated or corrupt trace" in cap["reason"]
+    assert json.loads(cap["table_rows"])["kernel"] > 0  # events read before the break are counted
+    assert not list((lake.raw / "kernels").glob("run_id=t1/**/*.parquet"))
 
 
 def test_truncated_plain_json_is_an_error(tmp_path):

@@ -1,4 +1,4 @@
--- grain: run × side (train, infer). Evidence for the side: device | host_fallback | evidence_missing,
+-- grain: run × side (train, infer). Evidence for the side: device | cpu_ops | host_fallback | evidence_missing,
 -- with rank coverage (ranks with usable captures vs all ranks seen) and the reasons otherwise.
 with sides as (
     select r.run_id, s.side
@@ -10,7 +10,9 @@ caps as (
     select run_id, side,
            count(distinct rank) as ranks_seen,
            count(distinct rank) filter (where status in ('ok', 'host_fallback')) as ranks_usable,
-           bool_or(status = 'ok') as any_device,
+           -- CPU-only torch traces (schema_variant …+cpu_only): CPU ops stand for kernels, labelled cpu_ops
+           bool_or(status = 'ok' and coalesce(schema_variant, '') not like '%+cpu_only%') as any_device,
+           bool_or(status = 'ok') as any_ok,
            bool_or(status = 'host_fallback') as any_host_fallback,
            list_sort(list(distinct rank) filter (where status not in ('ok', 'host_fallback'))) as ranks_missing,
            string_agg(distinct status || ': ' || reason, ' | ' order by status || ': ' || reason)
@@ -24,6 +26,7 @@ caps as (
 select
     s.run_id, s.side,
     case when c.any_device then 'device'
+         when c.any_ok then 'cpu_ops'
          when c.any_host_fallback then 'host_fallback'
          else 'evidence_missing' end as evidence,
     coalesce(c.ranks_seen, 0) as ranks_seen,
