@@ -10,6 +10,7 @@ from tilake.diagnosis.divergence import NOT_COMPARED, amplification_chain, class
 from tilake.diagnosis.hypotheses import hypotheses
 from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights
 from tilake.diagnosis.result import Analysis
+from tilake.diagnosis.risk import rate
 from tilake.diagnosis.stubs import stub_instruction, verify_stub
 from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
 from tilake.diagnosis.verdict import verdict
@@ -32,7 +33,8 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
            embedding is fed them as a differing input, and no stub round is offered.
     """
     cfg = bmap.get("classification") or {}
-    an = Analysis(map_name=Path(bmap.get("_path", "map")).stem, reference_side=bmap.get("reference_side", "train"))
+    an = Analysis(map_name=Path(bmap.get("_path", "map")).stem, reference_side=bmap.get("reference_side", "train"),
+                  rounding_bound=float(cfg.get("rounding_max_tensor_ulp", 4)))
     isolated: List[str] = []
     instr: Optional[dict] = None
     stop_reason = None
@@ -105,6 +107,8 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
                              "suspect" if r["boundary"] in sus_names else "propagated")
         for p in pts:
             p["chain"] = amplification_chain(cmp_rows, p["boundary"])[:12]
+            p.update(rate(p))
+            by[p["boundary"]]["risk"] = p["risk"]
         rinfo.update(first_divergence=fd, amplification_chain=chain, points=pts, suspects=sus,
                      counts=_counts(cmp_rows))
         if k == 0:

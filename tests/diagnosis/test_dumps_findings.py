@@ -148,3 +148,37 @@ def test_equal_token_ids_are_recorded(tmp_path):
     an = _embed_pair(tmp_path, ids, ids.clone())
     assert an.token_ids["status"] == "equal" and an.token_ids["positions"] == 8
     assert an.verdict == "exact"
+
+
+def test_risk_rating_names_its_rule(tmp_path):
+    from tilake.diagnosis.risk import rate
+
+    assert rate({"class": "logic-level", "op": "attention"})["risk"] == "critical"
+    assert rate({"class": "logic-level", "boundary": "logits", "op": "matmul"})["risk_rule"] == "logic_at_attention_or_logits"
+    assert rate({"class": "logic-level", "op": "matmul"})["risk"] == "high"
+    assert rate({"class": "rounding-level", "op": "matmul", "systematic_bias": True})["risk_rule"] == "biased_rounding"
+    r = rate({"class": "rounding-level", "op": "norm", "systematic_bias": False})
+    assert r["risk"] == "medium" and "accumulates over layers" in r["risk_reason"]
+    assert rate({"class": "rounding-level", "op": "matmul", "systematic_bias": False})["risk"] == "low"
+
+
+def test_risk_and_row_curve_reach_the_reports(tmp_path):
+    from tilake.reports.dumps_report import render_reports
+
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(16, 64, generator=g).to(torch.bfloat16)
+    att = torch.randn(16, 64, generator=g).to(torch.bfloat16)
+    bad = att.clone()
+    bad[3] = torch.randn(64, generator=g).to(torch.bfloat16)
+    an = chain(tmp_path, ["q", "attn"], [q, att], [q, bad], ops=["matmul", "attention"])
+    p = an.points[0]
+    assert (p["boundary"], p["risk"], p["risk_rule"]) == ("attn", "critical", "logic_at_attention_or_logits")
+    from tilake.ingest.msprobe.reader import DumpSide
+
+    card = O.task_card(*(DumpSide(Path(an.sides[s]["path"]), s) for s in ("train", "infer")))
+    src = O.report_source(an, card)
+    assert next(b for b in src["boundaries"] if b["boundary"] == "attn")["risk"] == "critical"
+    paths = render_reports(src, tmp_path, charts=True)
+    html, md = paths["report_html"].read_text(), paths["report_md"].read_text()
+    assert "critical" in md and "[3]" in md
+    assert 'class="risk-critical"' in html and "error per row" in html and "<polyline" in html

@@ -123,7 +123,8 @@ def test_outputs_and_reports(tmp_path):
     html = paths["report_html"].read_text()
     assert "L0.attn_core.out" in md and "evidence_missing" in md
     assert html.count("data:image/png;base64,") == 1  # the amplification chain
-    assert html.count("<svg") == 26  # one signed-ULP histogram per diverging boundary
+    # one signed-ULP histogram per diverging boundary, plus the per-row error curve of the one point
+    assert html.count("<svg") == 26 + 1 and html.count("error per row") == 1
     # no prompt / token ids in any report (prompt = 17, 3, 99, 42, 7, 120, 64, 5)
     for text in (md, html, paths["report_source"].read_text(), paths["boundary_results"].read_text()):
         assert "17, 3, 99" not in text and "[17,3,99" not in text.replace(" ", "")
