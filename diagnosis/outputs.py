@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.diagnosis.analyze import Analysis
+from tilake.diagnosis.logprob import strict_json
 from tilake.ingest.msprobe.reader import DumpSide
 
 UNKNOWN = "unknown"
@@ -36,7 +37,7 @@ def _write_json(path: Path, obj: Any) -> Path:
         raise TilakeError(f"cannot create the output folder: {exc.strerror}", path=path.parent)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, ensure_ascii=False, indent=1, default=str)
+        json.dump(strict_json(obj), fh, ensure_ascii=False, indent=1, default=str, allow_nan=False)
         fh.write("\n")
     os.replace(tmp, path)
     return path

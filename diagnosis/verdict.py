@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tilake.diagnosis.divergence import NOT_COMPARED
+from tilake.diagnosis.logprob import check_logprob, logprob_findings
 from tilake.diagnosis.result import Analysis
 
 
@@ -68,8 +69,13 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
     else:
         an.verdict, an.consistency = "exact", "bitwise"
         an.verdict_reason = "every boundary is bitwise EXACT"
-    if logprob and all(logprob.get(k) is not None for k in ("mean", "max")):
-        an.logprob = {"status": "exact" if logprob.get("max") == 0 else "nonzero", **logprob}
+    if logprob is not None:
+        lp = check_logprob(logprob)
+        issues = logprob_findings(lp, compared)
+        an.logprob = {"status": "exact" if lp["max"] == 0 else "nonzero", **lp}
+        if issues:  # flagged, never silently dropped
+            an.logprob.update(consistent_with_dumps=False, findings=issues)
+            an.notes.extend(issues)
     else:
         an.logprob = {"status": "evidence_missing", "mean": None, "max": None, "std": None,
                       "reason": "no measured prefill log-prob diff supplied (e.g. from a training log); "

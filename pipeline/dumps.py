@@ -15,6 +15,7 @@ from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
 from tilake.diagnosis import outputs as O
 from tilake.diagnosis.outputs import UNKNOWN
+from tilake.diagnosis.logprob import read_logprob
 
 DUMP_MODELS = ["stg_lake__runs", "int_runs_versioned", "stg_lake_dumps__dump_runs", "stg_lake_dumps__tensor_stats", "stg_lake_dumps__boundary_results",
                "stg_lake_dumps__stub_rounds", "int_boundaries_ordered", "fct_boundary_diffs",
@@ -113,12 +114,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
             pairing["cu_seqlens"] = [int(x) for x in str(cu_seqlens).split(",")]
         except ValueError:
             raise TilakeError(f"--cu-seqlens must be comma-separated integers, got {cu_seqlens!r}")
-    logprob = None
-    if logprob_json:
-        try:
-            logprob = json.loads(Path(logprob_json).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise TilakeError(f"cannot read measured log-prob JSON: {exc}", path=logprob_json)
+    logprob = read_logprob(Path(logprob_json)) if logprob_json else None
     rins = [A.RoundInput(Path(train), Path(infer))] + [A.RoundInput(Path(a), Path(b)) for a, b in rounds]
     card_given = parse_card(card_items)
     pair0 = A.Pair(rins[0].train, rins[0].infer, bmap, pairing)

@@ -182,3 +182,64 @@ def test_risk_and_row_curve_reach_the_reports(tmp_path):
     html, md = paths["report_html"].read_text(), paths["report_md"].read_text()
     assert "critical" in md and "[3]" in md
     assert 'class="risk-critical"' in html and "error per row" in html and "<polyline" in html
+
+
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from tilake.diagnosis.logprob import read_logprob  # noqa: E402
+from tilake.errors import TilakeError  # noqa: E402
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"mean": NaN, "max": 0.1}', "NaN is not JSON"),
+    ('{"mean": "0.1", "max": 0.2}', "'mean' must be a number"),
+    ('{"mean": [0.1], "max": 0.2}', "'mean' must be a number"),
+    ('[0.1, 0.2]', "expected a JSON object"),
+    ('{"mean": -0.1, "max": 0.2}', "'mean' is negative"),
+    ('{"mean": 0.3, "max": 0.2}', "max 0.2 < mean 0.3"),
+    ('{"mean": 0.1}', "'max' is missing"),
+    ('{"mean": 0.1, "max": Infinity}', "Infinity is not JSON"),
+])
+def test_logprob_json_fails_closed(tmp_path, text, says):
+    p = tmp_path / "lp.json"
+    p.write_text(text)
+    with pytest.raises(TilakeError) as ei:
+        read_logprob(p)
+    msg = str(ei.value)
+    assert says in msg and str(p) in msg and "\n" not in msg
+
+
+def test_logprob_json_refused_at_the_cli_with_one_line(tmp_path):
+    from tilake.cli import main
+
+    p = tmp_path / "lp.json"
+    p.write_text('{"mean": NaN, "max": 0.1}')
+    d = write_dump(tmp_path / "t", [("Module.m.A.Lin.forward.0", None, {"output": [torch.ones(2, 2)]})])
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(d), "--infer", str(d), "--out",
+                                  str(tmp_path / "o"), "--logprob-json", str(p), "--no-charts"])
+    assert r.exit_code == 2 and "NaN is not JSON" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "o" / "report_source.json").exists()
+
+
+def test_zero_logprob_next_to_logic_level_logits_is_inconsistent_and_json_is_strict(tmp_path):
+    g = torch.Generator().manual_seed(12)
+    h = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    lg = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    tr = write_dump(tmp_path / "train", [("Module.m.H.Lin.forward.0", None, {"output": [h]}),
+                                          ("Module.m.L.Lin.forward.0", None, {"output": [lg]})])
+    inf = write_dump(tmp_path / "infer", [("Module.m.H.Lin.forward.0", None, {"output": [h]}),
+                                           ("Module.m.L.Lin.forward.0", None, {"output": [lg * 2]})])
+    bs = [{"name": "h", "op": "matmul", "inputs": [], "train": {"module": "m.H.Lin"}, "infer": {"module": "m.H.Lin"}},
+          {"name": "logits", "op": "matmul", "inputs": ["h"], "train": {"module": "m.L.Lin"}, "infer": {"module": "m.L.Lin"}}]
+    bmap = M.load_map(str(write_map(tmp_path / "m.yaml", bs)))
+    an = A.analyze_pair([A.RoundInput(tr, inf)], bmap, logprob={"mean": 0.0, "max": 0.0})
+    assert an.logprob["consistent_with_dumps"] is False
+    assert an.logprob["findings"][0].startswith("inconsistent: the measured prefill log-prob max diff is 0 but logits")
+    an.points[0]["cosine"] = float("nan")        # a non-finite figure must not reach the file as bare NaN
+    paths = O.write_outputs(an, {}, tmp_path / "o")
+    src = json.loads(paths["report_source"].read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    assert src["points"][0]["cosine"] is None
+    assert any(x.startswith("inconsistent:") for x in src["limitations"])
