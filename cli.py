@@ -261,12 +261,16 @@ def dumps_probe(train, infer, json_out) -> None:
 @click.option("--charts/--no-charts", default=True, help="Embed charts in the HTML report.")
 def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, request_tokens, cu_seqlens,
                   logprob_json, run_id, lake_path, build, charts) -> None:
-    """Compare two dumps boundary by boundary; write reports and the stub instruction."""
+    """Compare two dumps boundary by boundary; write reports and the stub instruction.
+
+    Exit status 3 when no boundary could be compared (the outputs are still written)."""
     from tilake.pipeline.dumps import run_analyze
     from tilake.reports.dumps_console import print_summary
 
-    print_summary(run_analyze(train, infer, out_dir, map_name, rounds, card, request_index, cu_seqlens,
-                              logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens))
+    res = run_analyze(train, infer, out_dir, map_name, rounds, card, request_index, cu_seqlens,
+                      logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens)
+    print_summary(res)
+    sys.exit(res.get("exit_code") or 0)
 
 
 @dumps_group.command("stub-prepare")

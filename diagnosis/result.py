@@ -38,3 +38,5 @@ class Analysis:
     token_ids: Dict[str, Any] = field(default_factory=dict)
     # the map's rounding bound in tensor-scale ULP (classification.rounding_max_tensor_ulp)
     rounding_bound: float = 4.0
+    # fixes the dumps point to when no boundary could be compared (tilake.diagnosis.suggest)
+    suggestions: List[dict] = field(default_factory=list)

@@ -12,6 +12,7 @@ from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights
 from tilake.diagnosis.result import Analysis
 from tilake.diagnosis.risk import rate
 from tilake.diagnosis.stubs import stub_instruction, verify_stub
+from tilake.diagnosis.suggest import suggest_fixes
 from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
 from tilake.diagnosis.verdict import verdict
 from tilake.models.boundary_maps import SIDES
@@ -39,9 +40,11 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
     instr: Optional[dict] = None
     stop_reason = None
     all_pts: List[dict] = []
+    pair0 = None
     for k, rin in enumerate(rounds):
         pair = Pair(rin.train, rin.infer, bmap, pairing)
         if k == 0:
+            pair0 = pair
             an.notes.extend(pair.notes)
             an.dims = pair.dims
             an.sides = {s: {"path": str(pair.dumps[s].dir), "step": pair.dumps[s].step,
@@ -150,6 +153,11 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
     if stop_reason:
         an.notes.append(stop_reason)
     verdict(an, logprob)
+    if pair0 is not None and not any(r["status"] not in NOT_COMPARED + ("ISOLATED", "not_compared")
+                                     for r in an.boundary_rows):
+        an.suggestions = suggest_fixes(bmap, pair0.dumps)
+        if an.suggestions:
+            an.verdict_reason += "; try: " + "; ".join(x["text"] for x in an.suggestions[:2])
     return an
 
 

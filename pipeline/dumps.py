@@ -16,6 +16,7 @@ from tilake.diagnosis import maps as M
 from tilake.diagnosis import outputs as O
 from tilake.diagnosis.outputs import UNKNOWN
 from tilake.diagnosis.logprob import read_logprob
+from tilake.diagnosis.suggest import exit_status
 
 DUMP_MODELS = ["stg_lake__runs", "int_runs_versioned", "stg_lake_dumps__dump_runs", "stg_lake_dumps__tensor_stats", "stg_lake_dumps__boundary_results",
                "stg_lake_dumps__stub_rounds", "int_boundaries_ordered", "fct_boundary_diffs",
@@ -159,7 +160,9 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
             "first_divergence": fd.get("boundary") or fd.get("reason"),
             "points": [(p["round"], p["boundary"], p["class"]) for p in an.points],
             "stub_needed": bool((an.stub_instruction or {}).get("needed")),
-            "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built}
+            "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built,
+            "suggestions": [x["text"] for x in an.suggestions],
+            "exit_code": exit_status(an)}
 
 
 def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,

@@ -44,6 +44,8 @@ def print_summary(res: Dict[str, Any]) -> None:
     con.print(f"first divergence: {res['first_divergence']}")
     for r, b, c in res["points"]:
         con.print(f"  point: round {r} {b} — {c}")
+    for x in res.get("suggestions") or []:
+        con.print(f"  [yellow]try[/]: {x}")
     if res["stub_needed"]:
         con.print("next: apply stub_instruction.json, collect the next round, re-run with --round TRAIN INFER")
     for k, v in res["outputs"].items():

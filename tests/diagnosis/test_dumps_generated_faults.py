@@ -229,3 +229,28 @@ def test_map_listed_out_of_order_keeps_the_first_divergence(base, tmp_path):
     rows = {r["boundary"]: r for r in an.boundary_rows}
     assert rows["L0.layer.out"]["position"] > rows["L0.down_proj.out"]["position"] > rows["L0.attn_core.out"]["position"]
     assert any("execution order" in n and "L0.down_proj.out runs before L0.layer.out" in n for n in an.notes)
+
+
+def test_nothing_compared_exits_3_and_names_the_fix(base, tmp_path):
+    """Sides swapped, or the wrong map: no boundary resolves; the exit status says so (3, outputs written)
+    and the fix the dump names point to is suggested."""
+    from click.testing import CliRunner
+
+    from tilake.cli import main
+
+    cfg, w, root = base
+    G.dump_megatron(cfg, root / "meg", w)
+    G.dump_infer(cfg, root / "sw_infer", None, w=w)
+    # a Megatron training dump analysed with the HF map: the megatron map resolves
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "meg"), "--infer", str(root / "sw_infer"),
+                                  "--out", str(tmp_path / "o1"), "--no-charts"])
+    assert r.exit_code == 3, r.output
+    assert "--map qwen3_megatron_vllm" in r.output
+    src = json.loads((tmp_path / "o1" / "report_source.json").read_text())
+    assert src["results"]["verdict"] == "evidence_missing"
+    assert src["suggestions"][0]["fix"] == "other_map" and src["suggestions"][0]["resolvable"] == 25  # every boundary of that map
+    # the sides swapped (vLLM dump as --train, HF dump as --infer) with the Megatron map
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "sw_infer"), "--infer", str(root / "meg"),
+                                  "--map", "qwen3_megatron_vllm", "--out", str(tmp_path / "o2"), "--no-charts"])
+    assert r.exit_code == 3, r.output
+    assert "--train and --infer look swapped" in r.output
