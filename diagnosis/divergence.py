@@ -31,6 +31,9 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
       * whole rows / whole columns differing while the inputs were equal → logic-level;
       * otherwise rounding-level; a one-direction lean of the signed ULPs — in value or in
         magnitude (:func:`systematic_bias`) — is recorded as a biased-rounding finding either way;
+      * dtypes differ: logic-level unless the narrower side is exactly the downcast wider tensor
+        (a precision downgrade, rounding-level);
+      * one side constant across query positions while the other varies → logic-level;
       * the rows / columns whose error exceeds the rounding bound are named when they are not all
         of them (``logic_rows`` / ``logic_cols`` from :func:`tilake.diagnosis.numerics.compare`).
     """
@@ -53,9 +56,14 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
     if st == "NONFINITE":
         cls = "logic-level"
         ev.append("non-finite values on one side only")
+    elif st == "DTYPE_DIFF" and (row.get("downcast") or {}).get("exact"):
+        row["precision_downgrade"] = True
+        ev.append(row["downcast"]["text"] + ": rounding to the narrower dtype, not a logic fault")
     elif st == "DTYPE_DIFF":
         cls = "logic-level"
         ev.append("dtypes differ at a boundary that must agree")
+        if row.get("downcast"):
+            ev.append(row["downcast"]["text"])
     else:
         if row["inputs_equal"] and row.get("op") == "elementwise":
             cls = "logic-level"
@@ -73,6 +81,11 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
             ev.append(f"difference pattern: {row.get('pattern')} "
                       f"({row.get('mismatch_fraction', 0):.1%} of elements differ)")
     ev.extend(_localisation(row))
+    if row.get("constant_rows"):
+        cls = "logic-level"
+        ev.append(row["constant_rows"]["text"])
+    if row.get("cosine") is not None:
+        ev.append(f"cosine similarity {row['cosine']:.6f}")
     bias = systematic_bias(row, cfg)
     row["systematic_bias"] = bias is not None
     row["bias"] = bias
@@ -211,7 +224,9 @@ def find_points(rows: List[dict], cfg: dict, round_no: int, isolated: Sequence[s
                         "tensor_ulp": r.get("tensor_ulp"), "pattern": r.get("pattern"),
                         "systematic_bias": r.get("systematic_bias"), "bias": r.get("bias"),
                         "logic_rows": r.get("logic_rows"), "logic_cols": r.get("logic_cols"),
-                        "cosine": r.get("cosine"), "op": r.get("op")})
+                        "cosine": r.get("cosine"), "op": r.get("op"),
+                        "precision_downgrade": bool(r.get("precision_downgrade")),
+                        "constant_rows": r.get("constant_rows")})
             continue
         tu = r.get("tensor_ulp") or 0.0
         worst = max([(by.get(n) or {}).get("tensor_ulp") or 0.0 for n in r.get("inputs") or []] or [0.0])

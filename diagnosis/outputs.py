@@ -95,7 +95,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                  "systematic_bias", "train_source", "infer_source", "train_transforms", "infer_transforms",
                  "mag_signed_mean_ulp", "share_smaller_magnitude", "signed_count", "signed_filter", "bias",
                  "cols_differing", "cols_total", "logic_rows", "logic_rows_count", "logic_cols", "logic_cols_count",
-                 "row_tensor_ulp", "cosine", "risk")
+                 "row_tensor_ulp", "cosine", "risk", "downcast", "precision_downgrade", "constant_rows")
     rounding = [p for p in an.points if p.get("class") == "rounding-level"]
     logic = [p for p in an.points if p.get("class") == "logic-level"]
     missing = [{"round": r["round"], "boundary": r["boundary"], "status": r["status"], "reason": r.get("reason")}

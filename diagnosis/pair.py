@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from tilake.diagnosis import selectors as S
+from tilake.diagnosis.dtype_and_shape import constant_rows, downcast_check
 from tilake.diagnosis.numerics import compare
 from tilake.diagnosis.order import order_boundaries
 from tilake.diagnosis.transforms import materialise
@@ -164,14 +165,21 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
                        reason=f"shape {list(tens['train'].shape)} (train) vs {list(tens['infer'].shape)} (infer) "
                               "after the map's transforms")
         return row
+    bound = float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4))
     try:
-        r = compare(a, o, bound=float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4)))
+        r = compare(a, o, bound=bound)
+        if r["status"] == "DTYPE_DIFF":
+            row["downcast"] = downcast_check(a, o, pair.ref, pair.other, bound)
+        if r["status"] != "EXACT":
+            row["constant_rows"] = constant_rows({pair.ref: a, pair.other: o})
     except Exception as exc:  # a tensor kind we cannot compare: never crash the whole analysis
         row.update(status="evidence_missing", reason=f"comparison failed: {type(exc).__name__}: {exc}")
         return row
     row.update(r)
     if r["status"] == "DTYPE_DIFF":
         row["reason"] = f"dtype {tens['train'].dtype} (train) vs {tens['infer'].dtype} (infer)"
+        if row.get("downcast"):
+            row["reason"] += "; " + row["downcast"]["text"]
     elif r["status"] == "NONFINITE":
         row["reason"] = f"{r['nonfinite_one_sided']} non-finite values on one side only"
     else:

@@ -20,6 +20,8 @@ RULES: List[Tuple[str, str, str, Callable[[dict], bool]]] = [
      "logic-level difference at attention or logits: changes what is attended to / sampled",
      lambda p: _logic(p) and _at_attention_or_logits(p)),
     ("high", "logic_level", "logic-level difference: beyond any kernel rounding", _logic),
+    ("medium", "precision_downgrade", "precision downgrade: one side stores the other rounded to a narrower dtype",
+     lambda p: bool(p.get("precision_downgrade"))),
     ("high", "biased_rounding", "biased rounding: a one-direction lean accumulates with depth",
      lambda p: bool(p.get("systematic_bias"))),
     ("medium", "unbiased_rounding_at_norm", "unbiased independent rounding at a norm: accumulates over layers",

@@ -243,3 +243,44 @@ def test_zero_logprob_next_to_logic_level_logits_is_inconsistent_and_json_is_str
     src = json.loads(paths["report_source"].read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
     assert src["points"][0]["cosine"] is None
     assert any(x.startswith("inconsistent:") for x in src["limitations"])
+
+
+def test_softmax_skipped_is_constant_across_query_positions(tmp_path):
+    g = torch.Generator().manual_seed(13)
+    q = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    v = torch.randn(8, 32, generator=g)
+    att = torch.softmax(torch.randn(8, 8, generator=g), -1) @ v
+    mean_v = v.mean(0, keepdim=True).expand(8, 32)                    # uniform weights: every query gets mean(V)
+    an = chain(tmp_path, ["q", "attn"], [q, att.to(torch.bfloat16)], [q, mean_v.to(torch.bfloat16)],
+               ops=["matmul", "attention"])
+    r = next(x for x in an.boundary_rows if x["boundary"] == "attn")
+    assert r["constant_rows"]["side"] == "infer" and r["constant_rows"]["rows"] == 8
+    assert r["class"] == "logic-level"
+    assert any("constant across query positions" in e for e in r["class_evidence"])
+    p = an.points[0]
+    assert p["cosine"] is not None and p["cosine"] < 0.99 and p["risk"] == "critical"
+
+
+def test_fp32_cache_stored_as_bf16_is_a_precision_downgrade(tmp_path):
+    g = torch.Generator().manual_seed(14)
+    q = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    kv = torch.randn(8, 32, generator=g)                                # fp32 on the training side
+    an = chain(tmp_path, ["q", "kv"], [q, kv], [q, kv.to(torch.bfloat16)], ops=["matmul", "matmul"])
+    r = next(x for x in an.boundary_rows if x["boundary"] == "kv")
+    assert r["status"] == "DTYPE_DIFF" and r["downcast"]["exact"] is True and r["downcast"]["to"] == "torch.bfloat16"
+    assert r["precision_downgrade"] is True and r["class"] == "rounding-level"
+    assert "the infer side is exactly the downcast train tensor (float32 → bfloat16)" in r["reason"]
+    assert an.points[0]["risk_rule"] == "precision_downgrade"
+
+
+def test_dtype_diff_that_is_not_a_downcast_stays_logic_level(tmp_path):
+    g = torch.Generator().manual_seed(15)
+    q = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    kv = torch.randn(8, 32, generator=g)
+    bad = kv.to(torch.bfloat16)
+    bad[2, 3] = -bad[2, 3]
+    an = chain(tmp_path, ["q", "kv"], [q, kv], [q, bad], ops=["matmul", "matmul"])
+    r = next(x for x in an.boundary_rows if x["boundary"] == "kv")
+    assert r["downcast"]["exact"] is False and r["downcast"]["status"] == "NOT_EXACT"
+    assert r["class"] == "logic-level" and "not the downcast train tensor" in r["reason"]
+    assert "1 elements still differ" in r["reason"]
