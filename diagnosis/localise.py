@@ -139,8 +139,8 @@ def diff_pattern(mism: int, n: int, rows: torch.Tensor, cols: torch.Tensor, per_
 
 
 def pearson(x: torch.Tensor, y: torch.Tensor) -> Optional[float]:
-    """Pearson correlation of two equal-size tensors in float64 (None when undefined)."""
-    if x.numel() != y.numel() or x.numel() < 2:
+    """Pearson correlation of two equal-size tensors in float64 (None when undefined or either is None)."""
+    if x is None or y is None or x.numel() != y.numel() or x.numel() < 2:
         return None
     a = _flat(x).to(torch.float64)
     b = _flat(y).to(torch.float64)

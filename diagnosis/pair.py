@@ -161,9 +161,14 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
                               f"{list(tens['infer'].shape)}) and no attention mask or cu_seqlens to "
                               "remove the padding: refusing to compare padded tensors")
         else:
+            ti, tt = tens["infer"], tens["train"]
+            hint = ""
+            if ti.dim() >= 1 and tt.dim() >= 1 and ti.shape[1:] == tt.shape[1:] and ti.shape[0] > tt.shape[0]:
+                hint = (f"; the infer side holds {ti.shape[0]} token rows, the train side {tt.shape[0]}: pass "
+                        f"--request-tokens 0:{tt.shape[0]} (the request's rows in the inference batch)")
             row.update(status="SHAPE_DIFF",
-                       reason=f"shape {list(tens['train'].shape)} (train) vs {list(tens['infer'].shape)} (infer) "
-                              "after the map's transforms")
+                       reason=f"shape {list(tt.shape)} (train) vs {list(ti.shape)} (infer) "
+                              "after the map's transforms" + hint)
         return row
     bound = float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4))
     try:

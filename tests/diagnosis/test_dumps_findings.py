@@ -2,16 +2,21 @@
 filtered signed means, row / column localisation, and what follows from them in the verdict."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import torch
+from click.testing import CliRunner
 
 from msprobe_mini import write_dump, write_map  # noqa: E402
 
 from tilake.diagnosis import analyze as A  # noqa: E402
 from tilake.diagnosis import maps as M  # noqa: E402
 from tilake.diagnosis import outputs as O  # noqa: E402
+from tilake.diagnosis.logprob import read_logprob  # noqa: E402
 from tilake.diagnosis.numerics import compare  # noqa: E402
+from tilake.errors import TilakeError  # noqa: E402
 
 
 def toward_zero(x: torch.Tensor, share: float, seed: int) -> torch.Tensor:
@@ -184,15 +189,6 @@ def test_risk_and_row_curve_reach_the_reports(tmp_path):
     assert 'class="risk-critical"' in html and "error per row" in html and "<polyline" in html
 
 
-import json  # noqa: E402
-
-import pytest  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
-
-from tilake.diagnosis.logprob import read_logprob  # noqa: E402
-from tilake.errors import TilakeError  # noqa: E402
-
-
 @pytest.mark.parametrize("text, says", [
     ('{"mean": NaN, "max": 0.1}', "NaN is not JSON"),
     ('{"mean": "0.1", "max": 0.2}', "'mean' must be a number"),
@@ -284,3 +280,36 @@ def test_dtype_diff_that_is_not_a_downcast_stays_logic_level(tmp_path):
     assert r["downcast"]["exact"] is False and r["downcast"]["status"] == "NOT_EXACT"
     assert r["class"] == "logic-level" and "not the downcast train tensor" in r["reason"]
     assert "1 elements still differ" in r["reason"]
+
+
+def _batched_pair(tmp: Path):
+    """Train: one request of 8 tokens (separate q, hidden h); infer: a 12-token batch, request in rows 0:8,
+    fused qkv [q; k; v] (q_size 32, kv_size 16)."""
+    g = torch.Generator().manual_seed(16)
+    q, k, v = (torch.randn(12, n, generator=g).to(torch.bfloat16) for n in (32, 16, 16))
+    h = torch.randn(12, 32, generator=g).to(torch.bfloat16)
+    tr = write_dump(tmp / "train", [("Module.m.Q.Lin.forward.0", None, {"output": [q[:8]]}),
+                                     ("Module.m.H.Lin.forward.0", None, {"output": [h[:8]]})])
+    inf = write_dump(tmp / "infer", [("Module.m.QKV.Lin.forward.0", None, {"output": [torch.cat([q, k, v], -1)]}),
+                                      ("Module.m.H.Lin.forward.0", None, {"output": [h]})])
+    bs = [{"name": "q", "op": "matmul", "inputs": [], "train": {"module": "m.Q.Lin"},
+           "infer": {"module": "m.QKV.Lin", "transforms": [{"qkv_part": {"part": "q", "layout": "auto"}}]}},
+          {"name": "h", "op": "matmul", "inputs": ["q"], "train": {"module": "m.H.Lin"}, "infer": {"module": "m.H.Lin"}}]
+    return tr, inf, M.load_map(str(write_map(tmp / "b.yaml", bs, dims={"q_size": 32, "kv_size": 16, "head_dim": 8})))
+
+
+def test_request_tokens_slice_before_the_fused_layout_scan(tmp_path):
+    tr, inf, bmap = _batched_pair(tmp_path)
+    an = A.analyze_pair([A.RoundInput(tr, inf)], bmap, pairing={"request_tokens": [0, 8]})
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert rows["q"]["status"] == "EXACT" and rows["h"]["status"] == "EXACT"
+    assert an.layout_scans[0]["chosen"] == "concat" and an.layout_scans[0]["scores"]["concat"] == pytest.approx(1.0)
+    assert an.verdict == "exact"
+
+
+def test_more_tokens_on_one_side_without_the_flag_says_which_flag(tmp_path):
+    tr, inf, bmap = _batched_pair(tmp_path)
+    an = A.analyze_pair([A.RoundInput(tr, inf)], bmap)
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert rows["q"]["status"] == "evidence_missing" and "--request-tokens 0:8" in rows["q"]["reason"]
+    assert rows["h"]["status"] == "SHAPE_DIFF" and "--request-tokens 0:8" in rows["h"]["reason"]
