@@ -13,9 +13,9 @@ from tilake.diagnosis import selectors as S
 from tilake.diagnosis.dtype_and_shape import constant_rows, downcast_check
 from tilake.diagnosis.numerics import compare
 from tilake.diagnosis.order import order_boundaries
+from tilake.diagnosis.steps import open_sides
 from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
-from tilake.ingest.msprobe.reader import DumpSide
 from tilake.models.boundary_maps import SIDES, Boundary, expand
 
 
@@ -26,18 +26,22 @@ class Pair:
         train, infer: dump paths (root, step or rank folder).
         bmap: a loaded boundary map (:func:`tilake.diagnosis.maps.load_map`).
         pairing: optional ``{"request_index": int, "cu_seqlens": [..]}`` for row selection/unpadding.
+    Attributes:
+        steps: which step folder each side uses and why (:func:`tilake.diagnosis.steps.open_sides`).
     Raises:
         TilakeError: unreadable dumps, a side with 0 entries, ambiguous proc folders.
     """
 
     def __init__(self, train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = None) -> None:
-        self.dumps = {"train": DumpSide(Path(train), "train"), "infer": DumpSide(Path(infer), "infer")}
+        self.dumps, self.steps = open_sides(Path(train), Path(infer), bmap, pairing)
+        self.notes: List[str] = [f"{s}: used {c['used']} ({c['how']}) of {', '.join(c['candidates'])}"
+                                 + "".join(f"; dropped {k}: {v}" for k, v in c["dropped"].items())
+                                 for s, c in self.steps.items() if len(c["candidates"]) > 1]
         self.bmap = bmap
         sides = bmap.get("sides") or {}
         self.views = {s: S.SideView(self.dumps[s], (sides.get(s) or {}).get("strip_segments") or [])
                       for s in SIDES}
         self.pairing = dict(pairing or {})
-        self.notes: List[str] = []
         pat = (bmap.get("layers") or {}).get("pattern")
         pats = pat if isinstance(pat, dict) else {s: pat for s in SIDES}
         counts = {s: self.views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES}

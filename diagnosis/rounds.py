@@ -54,7 +54,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
                             "entries": len(pair.dumps[s].entries), "tensor_slots": len(pair.dumps[s].slots),
                             "construct_variant": pair.dumps[s].construct_variant,
                             "stack_variant": pair.dumps[s].stack_variant,
-                            "layers": pair.layer_counts[s]} for s in SIDES}
+                            "layers": pair.layer_counts[s], "step_choice": pair.steps[s]} for s in SIDES}
         rinfo: Dict[str, Any] = {"round": k, "train": str(pair.dumps["train"].dir),
                                  "infer": str(pair.dumps["infer"].dir)}
         start_pos = -1

@@ -313,3 +313,49 @@ def test_more_tokens_on_one_side_without_the_flag_says_which_flag(tmp_path):
     rows = {r["boundary"]: r for r in an.boundary_rows}
     assert rows["q"]["status"] == "evidence_missing" and "--request-tokens 0:8" in rows["q"]["reason"]
     assert rows["h"]["status"] == "SHAPE_DIFF" and "--request-tokens 0:8" in rows["h"]["reason"]
+
+
+def _step_side(root: Path, steps: dict, table: torch.Tensor):
+    """``steps``: {step number: token ids or None (an empty step)} written as <root>/step<n>/rank0."""
+    for n, ids in steps.items():
+        if ids is None:
+            d = root / f"step{n}" / "rank0"
+            d.mkdir(parents=True)
+            (d / "dump.json").write_text(json.dumps({"task": "tensor", "level": "mix", "data": {}}))
+            continue
+        write_dump(root, [("Module.m.E.Emb.forward.0", None, {"input": [ids], "output": [table[ids]]})],
+                   folder=f"step{n}/rank0")
+    return root
+
+
+def _steps_map(tmp: Path):
+    bs = [{"name": "embed", "op": "embedding", "inputs": [], "train": {"module": "m.E.Emb"}, "infer": {"module": "m.E.Emb"}}]
+    return M.load_map(str(write_map(tmp / "s.yaml", bs, layer_input={"first": "embed"})))
+
+
+def test_warm_up_and_empty_steps_are_dropped_and_named(tmp_path):
+    table = torch.randn(32, 16, generator=torch.Generator().manual_seed(17)).to(torch.bfloat16)
+    ids = torch.randint(1, 32, (8,), generator=torch.Generator().manual_seed(18))
+    tr = _step_side(tmp_path / "train", {0: torch.zeros(8, dtype=torch.int64), 1: ids, 2: None}, table)
+    inf = _step_side(tmp_path / "infer", {0: ids}, table)
+    an = A.analyze_pair([A.RoundInput(tr, inf)], _steps_map(tmp_path))
+    ch = an.sides["train"]["step_choice"]
+    assert an.sides["train"]["step"] == 1 and ch["used"] == "step1/rank0"
+    assert ch["dropped"] == {"step0/rank0": "warm-up (token ids all zero)",
+                             "step2/rank0": "empty step (no entry dumped; msprobe writes one after collection)"}
+    assert an.verdict == "exact" and any("train: used step1/rank0" in n for n in an.notes)
+
+
+def test_the_step_whose_token_ids_match_is_used_else_refused(tmp_path):
+    table = torch.randn(32, 16, generator=torch.Generator().manual_seed(19)).to(torch.bfloat16)
+    g = torch.Generator().manual_seed(20)
+    a, b = torch.randint(1, 32, (8,), generator=g), torch.randint(1, 32, (8,), generator=g)
+    tr = _step_side(tmp_path / "train", {0: a, 1: b}, table)
+    inf = _step_side(tmp_path / "infer", {3: b}, table)
+    an = A.analyze_pair([A.RoundInput(tr, inf)], _steps_map(tmp_path))
+    assert an.sides["train"]["step"] == 1 and an.sides["infer"]["step"] == 3
+    assert an.sides["train"]["step_choice"]["how"] == "the step whose token ids match the other side"
+    inf2 = _step_side(tmp_path / "infer2", {0: torch.randint(1, 32, (8,), generator=g)}, table)
+    with pytest.raises(TilakeError) as ei:
+        A.analyze_pair([A.RoundInput(tr, inf2)], _steps_map(tmp_path))
+    assert "train has step0/rank0, step1/rank0; infer has step0/rank0" in str(ei.value)
