@@ -49,6 +49,10 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
     if st == "EXACT" or st in NOT_COMPARED or st == "SHAPE_DIFF":
         row["class"] = None
         return
+    if st == "NOT_EXACT" and row.get("evidence_kind") == "md5":
+        row["class"], row["systematic_bias"], row["bias"] = None, False, None
+        row["class_evidence"] = ["md5 differs: NOT_EXACT; ULP and class unknown without the tensor"]
+        return
     ev = []
     thr = float(cfg.get("rounding_max_tensor_ulp", 4))
     tu = row.get("tensor_ulp")
@@ -159,11 +163,15 @@ def first_divergence(rows: List[dict]) -> dict:
         boundary was not compared the first divergence is *undetermined* and the reason says which.
     """
     uncompared = []
+    candidate = None
     for r in sorted(rows, key=lambda x: x["position"]):
         st = r["status"]
         if st == "EXACT":
             continue
         if st in NOT_COMPARED:
+            if r.get("stats_differ") and candidate is None and \
+                    all(rows_by == "statistics" for rows_by in _kinds(rows, uncompared)):
+                candidate = r["boundary"]
             uncompared.append(r["boundary"])
             continue
         if uncompared:
@@ -176,11 +184,23 @@ def first_divergence(rows: List[dict]) -> dict:
         return {"boundary": r["boundary"], "status": "found", "first_non_exact": r["boundary"],
                 "uncompared_predecessors": [], "reason": "every earlier boundary is EXACT"}
     if uncompared:
-        return {"boundary": None, "status": "undetermined", "first_non_exact": None,
-                "uncompared_predecessors": uncompared,
-                "reason": f"no compared boundary differs, but {len(uncompared)} were not compared"}
+        out = {"boundary": None, "status": "undetermined", "first_non_exact": None,
+               "uncompared_predecessors": uncompared,
+               "reason": f"no compared boundary differs, but {len(uncompared)} were not compared"}
+        if candidate:
+            out["candidate"] = candidate
+            out["reason"] = (f"candidate first divergence: {candidate} (the first boundary whose msprobe statistics "
+                             "differ, every earlier one EXACT or with equal statistics); statistics cannot prove it — "
+                             f"collect tensor mode for {candidate} (msprobe config task: tensor, list/scope naming its entry)")
+        return out
     return {"boundary": None, "status": "none", "first_non_exact": None, "uncompared_predecessors": [],
             "reason": "every boundary is EXACT"}
+
+
+def _kinds(rows: List[dict], names: List[str]) -> List[Optional[str]]:
+    """``evidence_kind`` of the named rows (statistics rows with equal figures read ``statistics``)."""
+    by = {r["boundary"]: r for r in rows}
+    return [by[n].get("evidence_kind") if not by[n].get("stats_differ") else "differ" for n in names]
 
 
 def amplification_chain(rows: List[dict], start: Optional[str]) -> List[dict]:

@@ -14,6 +14,7 @@ from tilake.diagnosis.dtype_and_shape import constant_rows, downcast_check
 from tilake.diagnosis.numerics import compare
 from tilake.diagnosis.order import order_boundaries
 from tilake.diagnosis.steps import open_sides
+from tilake.diagnosis.summary_gate import summary_gate
 from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
 from tilake.models.boundary_maps import SIDES, Boundary, expand
@@ -134,6 +135,10 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
         row[f"{s}_transforms"] = [str(t) for t in res[s].transforms]
         row[f"{s}_exec_order"] = min(x.exec_order for x in res[s].slots)
         row[f"{s}_files"] = [x.data_name for x in res[s].slots]
+    summary = summary_gate(res)
+    if summary is not None:
+        row.update(summary)
+        return row
     # materialise the side without an "auto" layout first (the other may need it for its scan)
     order = sorted(SIDES, key=lambda s: any(("qkv_part" in t or "qkv_to_concat" in t or "gate_up_part" in t) if isinstance(t, dict) else False
                                               for t in res[s].transforms))

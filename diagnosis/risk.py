@@ -16,6 +16,8 @@ def _at_attention_or_logits(p: dict) -> bool:
 
 # (risk, rule id, why, predicate) — checked in order
 RULES: List[Tuple[str, str, str, Callable[[dict], bool]]] = [
+    ("medium", "unmeasured_difference", "differs (md5) but the size and class are unknown without the tensor",
+     lambda p: p.get("class") is None),
     ("critical", "logic_at_attention_or_logits",
      "logic-level difference at attention or logits: changes what is attended to / sampled",
      lambda p: _logic(p) and _at_attention_or_logits(p)),

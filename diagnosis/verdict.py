@@ -25,6 +25,9 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
         an.verdict, an.consistency = "evidence_missing", "unknown"
         an.verdict_reason = (f"no boundary could be compared ({len(missing)} evidence_missing/MISSING); "
                              f"first: {missing[0]['boundary']} — {missing[0].get('reason')}")
+        fd0 = (an.rounds[0] if an.rounds else {}).get("first_divergence") or {}
+        if fd0.get("candidate"):
+            an.verdict_reason = fd0["reason"]
     elif not compared:
         an.verdict, an.consistency = "not_run", "unknown"
         an.verdict_reason = "no boundary was analysed"
@@ -42,6 +45,12 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
             ", ".join(f"{p['boundary']} (round {p['round']})" for p in logic)
         if last.get("outcome") == "stub_needed" or (an.stub_instruction or {}).get("needed"):
             an.verdict_reason += "; enumeration not finished: apply stub_instruction.json and analyse the next round"
+    elif [r for r in non_exact if r.get("evidence_kind") == "md5"]:
+        md = [r for r in non_exact if r.get("evidence_kind") == "md5"]
+        an.verdict, an.consistency = "nonzero", "unknown"
+        an.verdict_reason = (f"{len(md)} boundar{'y differs' if len(md) == 1 else 'ies differ'} by md5 (first: "
+                             f"{md[0]['boundary']}); ULP and class are unknown without tensors — collect tensor mode "
+                             f"for {md[0]['boundary']} (msprobe config task: tensor, list/scope naming its entry)")
     elif [r for r in non_exact if r["status"] == "SHAPE_DIFF"]:
         sd = [r["boundary"] for r in non_exact if r["status"] == "SHAPE_DIFF"]
         an.verdict, an.consistency = "evidence_missing", "unknown"

@@ -359,3 +359,37 @@ def test_the_step_whose_token_ids_match_is_used_else_refused(tmp_path):
     with pytest.raises(TilakeError) as ei:
         A.analyze_pair([A.RoundInput(tr, inf2)], _steps_map(tmp_path))
     assert "train has step0/rank0, step1/rank0; infer has step0/rank0" in str(ei.value)
+
+
+def _summary_chain(tmp: Path, task: str, infer_h, infer_n):
+    g = torch.Generator().manual_seed(21)
+    e, h, n = (torch.randn(8, 16, generator=g).to(torch.bfloat16) for _ in range(3))
+    names = ["embed", "h", "norm"]
+    ents = lambda ts: [(f"Module.m.{k}.Lin.forward.0", None, {"output": [t]}) for k, t in zip(names, ts)]  # noqa: E731
+    tr = write_dump(tmp / "train", ents([e, h, n]), task=task)
+    inf = write_dump(tmp / "infer", ents([e, infer_h(h), infer_n(n)]), task=task)
+    bs = [{"name": k, "op": "matmul", "inputs": [names[i - 1]] if i else [], "train": {"module": f"m.{k}.Lin"},
+           "infer": {"module": f"m.{k}.Lin", "transforms": [{"squeeze": 0}]}} for i, k in enumerate(names)]
+    return A.analyze_pair([A.RoundInput(tr, inf)], M.load_map(str(write_map(tmp / "s.yaml", bs))))
+
+
+def test_md5_dumps_run_the_exact_gate_without_tensors(tmp_path):
+    an = _summary_chain(tmp_path, "md5", lambda h: h.clone(), lambda n: n * 2)
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert [rows[k]["status"] for k in ("embed", "h", "norm")] == ["EXACT", "EXACT", "NOT_EXACT"]
+    assert rows["norm"]["evidence_kind"] == "md5" and rows["norm"]["tensor_ulp"] is None
+    assert "ULP unknown" in rows["norm"]["reason"]
+    assert an.rounds[0]["first_divergence"]["boundary"] == "norm"
+    assert an.points[0]["class"] is None and an.points[0]["risk_rule"] == "unmeasured_difference"
+    assert an.consistency == "unknown" and "collect tensor mode for norm" in an.verdict_reason
+
+
+def test_statistics_only_names_a_candidate_never_exact(tmp_path):
+    an = _summary_chain(tmp_path, "statistics", lambda h: h * 2, lambda n: n * 2)
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert rows["embed"]["status"] == "evidence_missing" and "statistics equal" in rows["embed"]["reason"]
+    assert rows["h"]["stats_differ"] is True and rows["h"]["reason"].startswith("candidate: statistics differ")
+    fd = an.rounds[0]["first_divergence"]
+    assert fd["status"] == "undetermined" and fd["candidate"] == "h"
+    assert an.verdict == "evidence_missing" and "collect tensor mode for h" in an.verdict_reason
+    assert not [r for r in an.boundary_rows if r["status"] == "EXACT"]
