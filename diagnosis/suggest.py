@@ -47,10 +47,17 @@ def suggest_fixes(bmap: dict, dumps: Dict[str, DumpSide]) -> List[dict]:
     """Fixes for a pair where nothing could be compared, best first.
 
     Returns:
-        ``[{"fix": "swap_sides" | "other_map", "text": str, "resolvable": int}]`` (may be empty).
+        ``[{"fix": "unsupported_framework" | "swap_sides" | "other_map", "text": str, "resolvable": int}]``
+        (may be empty; an unsupported framework first).
     """
     base = resolvable(bmap, dumps)
     out = []
+    for s in SIDES:
+        cells = sum(1 for e in dumps[s].entries if e.startswith("Cell."))
+        if cells:
+            out.append({"fix": "unsupported_framework", "resolvable": -1,
+                        "text": f"the {s} dump is MindSpore ({cells} Cell.* entries): not supported — tilake compares "
+                                "PyTorch msprobe dumps (Module.* / API entries)"})
     swapped = resolvable(bmap, {"train": dumps["infer"], "infer": dumps["train"]})
     if swapped > base:
         out.append({"fix": "swap_sides", "resolvable": swapped,
@@ -68,4 +75,4 @@ def suggest_fixes(bmap: dict, dumps: Dict[str, DumpSide]) -> List[dict]:
             out.append({"fix": "other_map", "resolvable": n,
                         "text": f"--map {p.stem}: {n} of its boundaries resolve on these dumps (module names and "
                                 f"classes match; the map used resolves {base})"})
-    return sorted(out, key=lambda x: -x["resolvable"])
+    return sorted(out, key=lambda x: (x["fix"] != "unsupported_framework", -x["resolvable"]))

@@ -14,7 +14,7 @@ Source of the fields: msprobe dump.json ``Max``/``Min``/``Mean``/``Norm``/``md5`
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from tilake.models.boundary_maps import SIDES
 
@@ -26,15 +26,17 @@ def _numel(shape) -> Optional[int]:
     return math.prod(int(x) for x in shape) if isinstance(shape, list) else None
 
 
-def summary_gate(res: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def summary_gate(res: Dict[str, Any], has_pt: Callable[[str, Any], bool]) -> Optional[Dict[str, Any]]:
     """Row fields for a boundary whose tensors are not in the dump, or None when both ``.pt`` exist.
 
     Args:
         res: side → :class:`tilake.diagnosis.selectors.Resolved`.
+        has_pt: ``(side, slot) → bool``, whether the slot's ``.pt`` is on disk (a statistics dump may
+            name files it never wrote).
     Returns:
         ``{"status", "reason", "evidence_kind": "md5" | "statistics" | None, "stats_differ": bool, ...}``.
     """
-    if all(sl.data_name for s in SIDES for sl in res[s].slots):
+    if all(sl.data_name and has_pt(s, sl) for s in SIDES for sl in res[s].slots):
         return None
     one = all(len(res[s].slots) == 1 and res[s].combine is None for s in SIDES)
     kinds = {next(iter(t)) if isinstance(t, dict) else str(t) for s in SIDES for t in res[s].transforms}

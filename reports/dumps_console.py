@@ -28,6 +28,9 @@ def print_probe(res: Dict[str, Any]) -> None:
         for k, v in list(p["apis"].items())[:15]:
             t.add_row(k, str(v["calls"]), f"{v['counter_min']}..{v['counter_max']}")
         con.print(t)
+        con.print(f"  summary mode: {p.get('summary_mode')}; parameters_grad: {p.get('parameters_grad')}")
+        for n in p.get("notes") or []:
+            con.print(f"  [yellow]note[/]: {n}")
         for w in p["warnings"]:
             con.print(f"  [yellow]warning[/]: {w}")
     if "api_counter_drift" in res:
