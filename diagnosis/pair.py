@@ -6,6 +6,7 @@ transform needs).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -17,6 +18,7 @@ from tilake.diagnosis.steps import open_sides
 from tilake.diagnosis.summary_gate import summary_gate
 from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
+from tilake.ingest.msprobe.reader import MODULE_RE
 from tilake.models.boundary_maps import SIDES, Boundary, expand
 
 
@@ -47,6 +49,7 @@ class Pair:
         pats = pat if isinstance(pat, dict) else {s: pat for s in SIDES}
         counts = {s: self.views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES}
         self.layer_counts = counts
+        self.stage_ends = {s: _ends_at_last_layer(self.views[s], pats.get(s), counts[s]) for s in SIDES}
         if counts["train"] != counts["infer"]:
             self.notes.append(f"layer count differs: train {counts['train']}, infer {counts['infer']}; "
                               "boundaries of the missing layers are evidence_missing")
@@ -60,6 +63,25 @@ class Pair:
         self.weights = expand(bmap, self.n_layers, "weights")
         for s in SIDES:
             self.notes.extend(f"{s}: {w}" for w in self.dumps[s].warnings)
+
+
+def _ends_at_last_layer(view: S.SideView, pattern: Optional[str], n_layers: int) -> bool:
+    """True when no forward module runs after the first layer except inside layers: the side is a
+    pipeline stage before the last (no final norm / output layer). Recomputed forwards during backward
+    stay inside layers, so they do not count."""
+    if not pattern or n_layers <= 0:
+        return False
+    rx = re.compile(re.escape("Module." + pattern).replace(r"\{i\}", r"\d+"))
+    mods = []  # (call order, normalised name, module path) of first-call forwards (later micro-batches excluded)
+    for e in view.dump.entries:
+        m = MODULE_RE.match(view.normalise(e))
+        if m and m.group("dir") == "forward" and m.group("call") == "0":
+            mods.append((view.dump.order[e], m.group(0), m.group("path")))
+    in_layer = [o for o, n, _p in mods if rx.search(n)]
+    if not in_layer:
+        return False
+    first = min(in_layer)
+    return not [n for o, n, p in mods if o > first and not rx.search(n) and not pattern.startswith(p + ".")]
 
 
 def _unify(a, b, notes: List[str]):
@@ -122,14 +144,19 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
     row: Dict[str, Any] = {"round": round_no, "boundary": b.name, "position": b.position, "layer": b.layer,
                            "op": b.op, "inputs": list(b.inputs), "notes": [], "other_side": pair.other}
     ctx = {s: dict(pair.pairing) for s in SIDES}
-    try:
-        res = {s: S.resolve(pair.views[s], b.spec[s], s) for s in SIDES}
-    except S.Unavailable as exc:
-        reason = exc.reason
-        if b.reason_missing:
-            reason = f"{reason} ({b.reason_missing})"
-        row.update(status="evidence_missing", reason=reason)
-        return row
+    res = {}
+    for s in SIDES:
+        try:
+            res[s] = S.resolve(pair.views[s], b.spec[s], s)
+        except S.Unavailable as exc:
+            reason = exc.reason
+            if b.reason_missing:
+                reason = f"{reason} ({b.reason_missing})"
+            if b.layer is None and b.position > 0 and pair.stage_ends[s]:
+                reason = (f"not in this {s} dump: it ends at layer {pair.layer_counts[s] - 1} (a pipeline stage "
+                          f"before the last: no final norm or output layer), not missing from the model — {reason}")
+            row.update(status="evidence_missing", reason=reason)
+            return row
     for s in SIDES:
         row[f"{s}_source"] = res[s].description
         row[f"{s}_transforms"] = [str(t) for t in res[s].transforms]

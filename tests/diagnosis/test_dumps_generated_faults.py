@@ -254,3 +254,11 @@ def test_nothing_compared_exits_3_and_names_the_fix(base, tmp_path):
                                   "--map", "qwen3_megatron_vllm", "--out", str(tmp_path / "o2"), "--no-charts"])
     assert r.exit_code == 3, r.output
     assert "--train and --infer look swapped" in r.output
+
+
+def test_a_whole_model_is_not_taken_for_a_pipeline_stage(base, tmp_path):
+    cfg, w, root = base
+    G.dump_megatron(cfg, tmp_path / "meg", w)
+    G.dump_infer(cfg, tmp_path / "inf", None, w=w)
+    pair = A.Pair(tmp_path / "meg", tmp_path / "inf", M.load_map("qwen3_megatron_vllm"))
+    assert pair.stage_ends == {"train": False, "infer": False}

@@ -65,3 +65,25 @@ def test_a_mindspore_side_is_named_unsupported_not_0_modules():
     assert an.verdict == "evidence_missing"
     assert an.suggestions[0]["fix"] == "unsupported_framework"
     assert "the infer dump is MindSpore (168 Cell.* entries): not supported" in an.verdict_reason
+
+
+@pytest.mark.skipif(not (REAL / "dump_lm_compare_statistics").is_dir(), reason="shared real_public fixtures absent")
+def test_megatron_core_map_on_the_real_mindspeed_first_pp_stage():
+    """Every training-side selector of the Megatron-core map resolves on the real MindSpeed-LLM dump except
+    the final norm and output layer, which that first pipeline stage does not run: said so, not 'missing'."""
+    from tilake.diagnosis import analyze as A
+    from tilake.diagnosis import maps as M
+    from tilake.diagnosis import selectors as S
+
+    d = REAL / "dump_lm_compare_statistics" / "pt"
+    pair = A.Pair(d, d, M.load_map("qwen3_megatron_vllm"))
+    assert pair.stage_ends["train"] is True and pair.layer_counts["train"] == 2
+    unresolved = []
+    for b in pair.boundaries:
+        try:
+            S.resolve(pair.views["train"], b.spec["train"], "train")
+        except S.Unavailable:
+            unresolved.append(b.name)
+    assert unresolved == ["final_norm.out", "logits"] and len(pair.boundaries) == 25
+    row = A.compare_boundary(pair, next(b for b in pair.boundaries if b.name == "final_norm.out"))
+    assert row["reason"].startswith("not in this train dump: it ends at layer 1 (a pipeline stage before the last")
