@@ -87,3 +87,21 @@ def test_megatron_core_map_on_the_real_mindspeed_first_pp_stage():
     assert unresolved == ["final_norm.out", "logits"] and len(pair.boundaries) == 25
     row = A.compare_boundary(pair, next(b for b in pair.boundaries if b.name == "final_norm.out"))
     assert row["reason"].startswith("not in this train dump: it ends at layer 1 (a pipeline stage before the last")
+
+
+@pytest.mark.skipif(not (REAL / "dump_llama2_md5").is_dir(), reason="shared real_public fixtures absent")
+def test_real_megatron_legacy_md5_pair_finds_its_first_divergence_without_tensors():
+    """The shipped Megatron-legacy map on the real Llama2 md5 dumps (NPU vs GPU bench): the exact gate
+    runs on md5 alone; embedding, input norm, fused qkv and flash attention of layer 0 are EXACT, the
+    attention output projection (RowParallelLinear) is the first to differ."""
+    from tilake.diagnosis import analyze as A
+    from tilake.diagnosis import maps as M
+
+    d = REAL / "dump_llama2_md5"
+    an = A.analyze_pair([A.RoundInput(d / "npu", d / "bench")], M.load_map("llama2_megatron_legacy"))
+    assert an.sides["train"]["layers"] == 4 and an.rounds[0]["counts"] == {"EXACT": 4, "NOT_EXACT": 30}
+    fd = an.rounds[0]["first_divergence"]
+    assert fd["boundary"] == "L0.attn_dense.out" and fd["reason"] == "every earlier boundary is EXACT"
+    assert [p["boundary"] for p in an.points] == ["L0.attn_dense.out"] and an.points[0]["class"] is None
+    assert an.verdict == "nonzero" and an.consistency == "unknown"
+    assert "collect tensor mode for L0.attn_dense.out" in an.verdict_reason
