@@ -28,8 +28,10 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         2. Rows are classified, then the first divergence, amplification chain, independent points
            and suspects of the round are derived (:mod:`tilake.diagnosis.divergence`).
         3. Round 0 also compares the map's weights and runs the hypothesis exclusion.
-        4. A stub is needed when the first divergence exists and a logic-level point or a suspect
-           remains; the next round's dumps must show the stub took effect, else the rounds stop.
+        4. A stub is needed when the first divergence exists and a logic-level point, a suspect or a
+           propagated (not yet explained) difference remains — rounding-level points included; the rounds
+           stop only when every remaining difference is an isolated rounding point (or all is EXACT). The
+           next round's dumps must show the stub took effect, else the rounds stop.
         5. Token ids are compared first (:mod:`tilake.diagnosis.token_ids`): when they differ the
            embedding is fed them as a differing input, and no stub round is offered.
     """
@@ -122,7 +124,9 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         # decide the next round
         logic = [p for p in pts if p.get("class") == "logic-level"]
         missing = [r for r in cmp_rows if r["status"] in NOT_COMPARED]
-        need = bool(fd.get("boundary")) and (bool(logic) or bool(sus)) and not fed_apart
+        # differences downstream that no isolated point explains yet (item: rounding points get stubs too)
+        unexplained = [r for r in cmp_rows if r.get("role") == "propagated"]
+        need = bool(fd.get("boundary")) and (bool(logic) or bool(sus) or bool(unexplained)) and not fed_apart
         if fed_apart:
             rinfo["outcome"] = "token_ids_differ"
         elif fd["status"] == "none":

@@ -68,10 +68,17 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
                                  f"{'y' if len(biased) == 1 else 'ies'} (first: {biased[0]['boundary']}, "
                                  f"{(biased[0].get('bias') or {}).get('kind', 'bias')}): biased rounding accumulates "
                                  "with depth, so the sides do not merely differ by rounding noise")
+        elif (an.stub_instruction or {}).get("needed"):
+            si = an.stub_instruction
+            an.verdict, an.consistency = "nonzero", "unknown"
+            an.verdict_reason = (f"rounding-level point(s) so far ({', '.join(p['boundary'] for p in an.points[:3])}), "
+                                 "but the differences downstream are not explained yet: "
+                                 + ("apply stub_instruction.json and analyse the next round" if si.get("available")
+                                    else f"the point cannot be isolated ({si.get('reason')})"))
         else:
             an.verdict, an.consistency = "nonzero", "rounding_only"
-            an.verdict_reason = ("only rounding-level differences: train and inference agree up to "
-                                 "floating-point rounding (each rounding-level point is listed)")
+            an.verdict_reason = ("only rounding-level differences, each an isolated point: train and inference "
+                                 "agree up to floating-point rounding (each rounding-level point is listed)")
     elif missing:
         an.verdict, an.consistency = "evidence_missing", "unknown"
         an.verdict_reason = f"every compared boundary is EXACT but {len(missing)} could not be compared"
