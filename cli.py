@@ -330,13 +330,16 @@ def dumps_probe(train, infer, json_out) -> None:
 @JSON_OPTION
 def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, request_tokens, cu_seqlens,
                   logprob_json, run_id, lake_path, build, charts, as_json) -> None:
-    """Compare two dumps boundary by boundary; write reports and the stub instruction."""
+    """Compare two dumps boundary by boundary; write reports and the stub instruction.
+
+    Exit status 3 when no boundary could be compared (the outputs are still written)."""
     from tilake.pipeline.dumps import run_analyze
     from tilake.reports.dumps_console import print_summary
 
     res = run_analyze(train, infer, out_dir, map_name, rounds, dict(card), request_index, cu_seqlens,
                       logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens)
     _echo_json(res) if as_json else print_summary(res)
+    sys.exit(res.get("exit_code") or 0)
 
 
 @dumps_group.command("stub-prepare")

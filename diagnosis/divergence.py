@@ -31,6 +31,9 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
       * whole rows / whole columns differing while the inputs were equal → logic-level;
       * otherwise rounding-level; a one-direction lean of the signed ULPs — in value or in
         magnitude (:func:`systematic_bias`) — is recorded as a biased-rounding finding either way;
+      * dtypes differ: logic-level unless the narrower side is exactly the downcast wider tensor
+        (a precision downgrade, rounding-level);
+      * one side constant across query positions while the other varies → logic-level;
       * the rows / columns whose error exceeds the rounding bound are named when they are not all
         of them (``logic_rows`` / ``logic_cols`` from :func:`tilake.diagnosis.numerics.compare`).
     """
@@ -46,6 +49,10 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
     if st == "EXACT" or st in NOT_COMPARED or st == "SHAPE_DIFF":
         row["class"] = None
         return
+    if st == "NOT_EXACT" and row.get("evidence_kind") == "md5":
+        row["class"], row["systematic_bias"], row["bias"] = None, False, None
+        row["class_evidence"] = ["md5 differs: NOT_EXACT; ULP and class unknown without the tensor"]
+        return
     ev = []
     thr = float(cfg.get("rounding_max_tensor_ulp", 4))
     tu = row.get("tensor_ulp")
@@ -53,9 +60,14 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
     if st == "NONFINITE":
         cls = "logic-level"
         ev.append("non-finite values on one side only")
+    elif st == "DTYPE_DIFF" and (row.get("downcast") or {}).get("exact"):
+        row["precision_downgrade"] = True
+        ev.append(row["downcast"]["text"] + ": rounding to the narrower dtype, not a logic fault")
     elif st == "DTYPE_DIFF":
         cls = "logic-level"
         ev.append("dtypes differ at a boundary that must agree")
+        if row.get("downcast"):
+            ev.append(row["downcast"]["text"])
     else:
         if row["inputs_equal"] and row.get("op") == "elementwise":
             cls = "logic-level"
@@ -73,6 +85,11 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
             ev.append(f"difference pattern: {row.get('pattern')} "
                       f"({row.get('mismatch_fraction', 0):.1%} of elements differ)")
     ev.extend(_localisation(row))
+    if row.get("constant_rows"):
+        cls = "logic-level"
+        ev.append(row["constant_rows"]["text"])
+    if row.get("cosine") is not None:
+        ev.append(f"cosine similarity {row['cosine']:.6f}")
     bias = systematic_bias(row, cfg)
     row["systematic_bias"] = bias is not None
     row["bias"] = bias
@@ -146,11 +163,15 @@ def first_divergence(rows: List[dict]) -> dict:
         boundary was not compared the first divergence is *undetermined* and the reason says which.
     """
     uncompared = []
+    candidate = None
     for r in sorted(rows, key=lambda x: x["position"]):
         st = r["status"]
         if st == "EXACT":
             continue
         if st in NOT_COMPARED:
+            if r.get("stats_differ") and candidate is None and \
+                    all(rows_by == "statistics" for rows_by in _kinds(rows, uncompared)):
+                candidate = r["boundary"]
             uncompared.append(r["boundary"])
             continue
         if uncompared:
@@ -163,11 +184,23 @@ def first_divergence(rows: List[dict]) -> dict:
         return {"boundary": r["boundary"], "status": "found", "first_non_exact": r["boundary"],
                 "uncompared_predecessors": [], "reason": "every earlier boundary is EXACT"}
     if uncompared:
-        return {"boundary": None, "status": "undetermined", "first_non_exact": None,
-                "uncompared_predecessors": uncompared,
-                "reason": f"no compared boundary differs, but {len(uncompared)} were not compared"}
+        out = {"boundary": None, "status": "undetermined", "first_non_exact": None,
+               "uncompared_predecessors": uncompared,
+               "reason": f"no compared boundary differs, but {len(uncompared)} were not compared"}
+        if candidate:
+            out["candidate"] = candidate
+            out["reason"] = (f"candidate first divergence: {candidate} (the first boundary whose msprobe statistics "
+                             "differ, every earlier one EXACT or with equal statistics); statistics cannot prove it — "
+                             f"collect tensor mode for {candidate} (msprobe config task: tensor, list/scope naming its entry)")
+        return out
     return {"boundary": None, "status": "none", "first_non_exact": None, "uncompared_predecessors": [],
             "reason": "every boundary is EXACT"}
+
+
+def _kinds(rows: List[dict], names: List[str]) -> List[Optional[str]]:
+    """``evidence_kind`` of the named rows (statistics rows with equal figures read ``statistics``)."""
+    by = {r["boundary"]: r for r in rows}
+    return [by[n].get("evidence_kind") if not by[n].get("stats_differ") else "differ" for n in names]
 
 
 def amplification_chain(rows: List[dict], start: Optional[str]) -> List[dict]:
@@ -211,7 +244,9 @@ def find_points(rows: List[dict], cfg: dict, round_no: int, isolated: Sequence[s
                         "tensor_ulp": r.get("tensor_ulp"), "pattern": r.get("pattern"),
                         "systematic_bias": r.get("systematic_bias"), "bias": r.get("bias"),
                         "logic_rows": r.get("logic_rows"), "logic_cols": r.get("logic_cols"),
-                        "cosine": r.get("cosine"), "op": r.get("op")})
+                        "cosine": r.get("cosine"), "op": r.get("op"),
+                        "precision_downgrade": bool(r.get("precision_downgrade")),
+                        "constant_rows": r.get("constant_rows")})
             continue
         tu = r.get("tensor_ulp") or 0.0
         worst = max([(by.get(n) or {}).get("tensor_ulp") or 0.0 for n in r.get("inputs") or []] or [0.0])

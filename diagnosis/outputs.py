@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.diagnosis.analyze import Analysis
+from tilake.diagnosis.logprob import strict_json
 from tilake.ingest.msprobe.reader import DumpSide
 
 UNKNOWN = "unknown"
@@ -36,7 +37,7 @@ def _write_json(path: Path, obj: Any) -> Path:
         raise TilakeError(f"cannot create the output folder: {exc.strerror}", path=path.parent)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, ensure_ascii=False, indent=1, default=str)
+        json.dump(strict_json(obj), fh, ensure_ascii=False, indent=1, default=str, allow_nan=False)
         fh.write("\n")
     os.replace(tmp, path)
     return path
@@ -94,7 +95,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                  "systematic_bias", "train_source", "infer_source", "train_transforms", "infer_transforms",
                  "mag_signed_mean_ulp", "share_smaller_magnitude", "signed_count", "signed_filter", "bias",
                  "cols_differing", "cols_total", "logic_rows", "logic_rows_count", "logic_cols", "logic_cols_count",
-                 "row_tensor_ulp", "cosine", "risk")
+                 "row_tensor_ulp", "cosine", "risk", "downcast", "precision_downgrade", "constant_rows")
     rounding = [p for p in an.points if p.get("class") == "rounding-level"]
     logic = [p for p in an.points if p.get("class") == "logic-level"]
     missing = [{"round": r["round"], "boundary": r["boundary"], "status": r["status"], "reason": r.get("reason")}
@@ -114,7 +115,8 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
         "schema": "tilake.report_source/1",
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "task_card": card,
-        "map": {"name": an.map_name, "reference_side": an.reference_side, "dims": an.dims},
+        "map": {"name": an.map_name, "reference_side": an.reference_side, "dims": an.dims,
+                "rounding_bound": an.rounding_bound},
         "sides": an.sides,
         "results": {"verdict": an.verdict, "consistency": an.consistency, "reason": an.verdict_reason,
                     "native_prefill_status": an.verdict, "prefill_logprob_diff": an.logprob,
@@ -126,6 +128,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                     "weights_exact": sum(1 for w in an.weight_rows if w["status"] == "EXACT"),
                     "rounds": len(an.rounds)},
         "token_ids": an.token_ids,
+        "suggestions": an.suggestions,
         "first_divergence": r0.get("first_divergence"),
         "amplification_chain": r0.get("amplification_chain", []),
         "points": an.points,

@@ -6,15 +6,19 @@ transform needs).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from tilake.diagnosis import selectors as S
+from tilake.diagnosis.dtype_and_shape import constant_rows, downcast_check
 from tilake.diagnosis.numerics import compare
 from tilake.diagnosis.order import order_boundaries
+from tilake.diagnosis.steps import open_sides
+from tilake.diagnosis.summary_gate import summary_gate
 from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
-from tilake.ingest.msprobe.reader import DumpSide
+from tilake.ingest.msprobe.reader import MODULE_RE
 from tilake.models.boundary_maps import SIDES, Boundary, expand
 
 
@@ -25,22 +29,27 @@ class Pair:
         train, infer: dump paths (root, step or rank folder).
         bmap: a loaded boundary map (:func:`tilake.diagnosis.maps.load_map`).
         pairing: optional ``{"request_index": int, "cu_seqlens": [..]}`` for row selection/unpadding.
+    Attributes:
+        steps: which step folder each side uses and why (:func:`tilake.diagnosis.steps.open_sides`).
     Raises:
         TilakeError: unreadable dumps, a side with 0 entries, ambiguous proc folders.
     """
 
     def __init__(self, train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = None) -> None:
-        self.dumps = {"train": DumpSide(Path(train), "train"), "infer": DumpSide(Path(infer), "infer")}
+        self.dumps, self.steps = open_sides(Path(train), Path(infer), bmap, pairing)
+        self.notes: List[str] = [f"{s}: used {c['used']} ({c['how']}) of {', '.join(c['candidates'])}"
+                                 + "".join(f"; dropped {k}: {v}" for k, v in c["dropped"].items())
+                                 for s, c in self.steps.items() if len(c["candidates"]) > 1]
         self.bmap = bmap
         sides = bmap.get("sides") or {}
         self.views = {s: S.SideView(self.dumps[s], (sides.get(s) or {}).get("strip_segments") or [])
                       for s in SIDES}
         self.pairing = dict(pairing or {})
-        self.notes: List[str] = []
         pat = (bmap.get("layers") or {}).get("pattern")
         pats = pat if isinstance(pat, dict) else {s: pat for s in SIDES}
         counts = {s: self.views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES}
         self.layer_counts = counts
+        self.stage_ends = {s: _ends_at_last_layer(self.views[s], pats.get(s), counts[s]) for s in SIDES}
         if counts["train"] != counts["infer"]:
             self.notes.append(f"layer count differs: train {counts['train']}, infer {counts['infer']}; "
                               "boundaries of the missing layers are evidence_missing")
@@ -54,6 +63,25 @@ class Pair:
         self.weights = expand(bmap, self.n_layers, "weights")
         for s in SIDES:
             self.notes.extend(f"{s}: {w}" for w in self.dumps[s].warnings)
+
+
+def _ends_at_last_layer(view: S.SideView, pattern: Optional[str], n_layers: int) -> bool:
+    """True when no forward module runs after the first layer except inside layers: the side is a
+    pipeline stage before the last (no final norm / output layer). Recomputed forwards during backward
+    stay inside layers, so they do not count."""
+    if not pattern or n_layers <= 0:
+        return False
+    rx = re.compile(re.escape("Module." + pattern).replace(r"\{i\}", r"\d+"))
+    mods = []  # (call order, normalised name, module path) of first-call forwards (later micro-batches excluded)
+    for e in view.dump.entries:
+        m = MODULE_RE.match(view.normalise(e))
+        if m and m.group("dir") == "forward" and m.group("call") == "0":
+            mods.append((view.dump.order[e], m.group(0), m.group("path")))
+    in_layer = [o for o, n, _p in mods if rx.search(n)]
+    if not in_layer:
+        return False
+    first = min(in_layer)
+    return not [n for o, n, p in mods if o > first and not rx.search(n) and not pattern.startswith(p + ".")]
 
 
 def _unify(a, b, notes: List[str]):
@@ -116,19 +144,30 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
     row: Dict[str, Any] = {"round": round_no, "boundary": b.name, "position": b.position, "layer": b.layer,
                            "op": b.op, "inputs": list(b.inputs), "notes": [], "other_side": pair.other}
     ctx = {s: dict(pair.pairing) for s in SIDES}
-    try:
-        res = {s: S.resolve(pair.views[s], b.spec[s], s) for s in SIDES}
-    except S.Unavailable as exc:
-        reason = exc.reason
-        if b.reason_missing:
-            reason = f"{reason} ({b.reason_missing})"
-        row.update(status="evidence_missing", reason=reason)
-        return row
+    res = {}
+    for s in SIDES:
+        try:
+            res[s] = S.resolve(pair.views[s], b.spec[s], s)
+        except S.Unavailable as exc:
+            reason = exc.reason
+            if b.reason_missing:
+                reason = f"{reason} ({b.reason_missing})"
+            if b.layer is None and b.position > 0 and pair.stage_ends[s]:
+                reason = (f"not in this {s} dump: it ends at layer {pair.layer_counts[s] - 1} (a pipeline stage "
+                          f"before the last: no final norm or output layer), not missing from the model — {reason}")
+            row.update(status="evidence_missing", reason=reason)
+            return row
     for s in SIDES:
         row[f"{s}_source"] = res[s].description
         row[f"{s}_transforms"] = [str(t) for t in res[s].transforms]
         row[f"{s}_exec_order"] = min(x.exec_order for x in res[s].slots)
         row[f"{s}_files"] = [x.data_name for x in res[s].slots]
+    # a tensor-mode dump with a lost .pt stays MISSING; a statistics dump may name files it never wrote
+    summary = summary_gate(res, lambda s, sl: pair.dumps[s].meta.get("task") != "statistics"
+                           or pair.dumps[s].pt_path(sl).is_file())
+    if summary is not None:
+        row.update(summary)
+        return row
     # materialise the side without an "auto" layout first (the other may need it for its scan)
     order = sorted(SIDES, key=lambda s: any(("qkv_part" in t or "qkv_to_concat" in t or "gate_up_part" in t) if isinstance(t, dict) else False
                                               for t in res[s].transforms))
@@ -160,18 +199,30 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
                               f"{list(tens['infer'].shape)}) and no attention mask or cu_seqlens to "
                               "remove the padding: refusing to compare padded tensors")
         else:
+            ti, tt = tens["infer"], tens["train"]
+            hint = ""
+            if ti.dim() >= 1 and tt.dim() >= 1 and ti.shape[1:] == tt.shape[1:] and ti.shape[0] > tt.shape[0]:
+                hint = (f"; the infer side holds {ti.shape[0]} token rows, the train side {tt.shape[0]}: pass "
+                        f"--request-tokens 0:{tt.shape[0]} (the request's rows in the inference batch)")
             row.update(status="SHAPE_DIFF",
-                       reason=f"shape {list(tens['train'].shape)} (train) vs {list(tens['infer'].shape)} (infer) "
-                              "after the map's transforms")
+                       reason=f"shape {list(tt.shape)} (train) vs {list(ti.shape)} (infer) "
+                              "after the map's transforms" + hint)
         return row
+    bound = float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4))
     try:
-        r = compare(a, o, bound=float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4)))
+        r = compare(a, o, bound=bound)
+        if r["status"] == "DTYPE_DIFF":
+            row["downcast"] = downcast_check(a, o, pair.ref, pair.other, bound)
+        if r["status"] != "EXACT":
+            row["constant_rows"] = constant_rows({pair.ref: a, pair.other: o})
     except Exception as exc:  # a tensor kind we cannot compare: never crash the whole analysis
         row.update(status="evidence_missing", reason=f"comparison failed: {type(exc).__name__}: {exc}")
         return row
     row.update(r)
     if r["status"] == "DTYPE_DIFF":
         row["reason"] = f"dtype {tens['train'].dtype} (train) vs {tens['infer'].dtype} (infer)"
+        if row.get("downcast"):
+            row["reason"] += "; " + row["downcast"]["text"]
     elif r["status"] == "NONFINITE":
         row["reason"] = f"{r['nonfinite_one_sided']} non-finite values on one side only"
     else:

@@ -36,3 +36,7 @@ class Analysis:
     logprob: Dict[str, Any] = field(default_factory=dict)
     # token ids of both sides compared first (tilake.diagnosis.token_ids.compare_token_ids)
     token_ids: Dict[str, Any] = field(default_factory=dict)
+    # the map's rounding bound in tensor-scale ULP (classification.rounding_max_tensor_ulp)
+    rounding_bound: float = 4.0
+    # fixes the dumps point to when no boundary could be compared (tilake.diagnosis.suggest)
+    suggestions: List[dict] = field(default_factory=list)

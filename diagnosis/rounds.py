@@ -10,7 +10,9 @@ from tilake.diagnosis.divergence import NOT_COMPARED, amplification_chain, class
 from tilake.diagnosis.hypotheses import hypotheses
 from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights
 from tilake.diagnosis.result import Analysis
+from tilake.diagnosis.risk import rate
 from tilake.diagnosis.stubs import stub_instruction, verify_stub
+from tilake.diagnosis.suggest import suggest_fixes
 from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
 from tilake.diagnosis.verdict import verdict
 from tilake.models.boundary_maps import SIDES
@@ -26,20 +28,25 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         2. Rows are classified, then the first divergence, amplification chain, independent points
            and suspects of the round are derived (:mod:`tilake.diagnosis.divergence`).
         3. Round 0 also compares the map's weights and runs the hypothesis exclusion.
-        4. A stub is needed when the first divergence exists and a logic-level point or a suspect
-           remains; the next round's dumps must show the stub took effect, else the rounds stop.
+        4. A stub is needed when the first divergence exists and a logic-level point, a suspect or a
+           propagated (not yet explained) difference remains — rounding-level points included; the rounds
+           stop only when every remaining difference is an isolated rounding point (or all is EXACT). The
+           next round's dumps must show the stub took effect, else the rounds stop.
         5. Token ids are compared first (:mod:`tilake.diagnosis.token_ids`): when they differ the
            embedding is fed them as a differing input, and no stub round is offered.
     """
     cfg = bmap.get("classification") or {}
-    an = Analysis(map_name=Path(bmap.get("_path", "map")).stem, reference_side=bmap.get("reference_side", "train"))
+    an = Analysis(map_name=Path(bmap.get("_path", "map")).stem, reference_side=bmap.get("reference_side", "train"),
+                  rounding_bound=float(cfg.get("rounding_max_tensor_ulp", 4)))
     isolated: List[str] = []
     instr: Optional[dict] = None
     stop_reason = None
     all_pts: List[dict] = []
+    pair0 = None
     for k, rin in enumerate(rounds):
         pair = Pair(rin.train, rin.infer, bmap, pairing)
         if k == 0:
+            pair0 = pair
             an.notes.extend(pair.notes)
             an.dims = pair.dims
             an.sides = {s: {"path": str(pair.dumps[s].dir), "step": pair.dumps[s].step,
@@ -49,7 +56,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
                             "entries": len(pair.dumps[s].entries), "tensor_slots": len(pair.dumps[s].slots),
                             "construct_variant": pair.dumps[s].construct_variant,
                             "stack_variant": pair.dumps[s].stack_variant,
-                            "layers": pair.layer_counts[s]} for s in SIDES}
+                            "layers": pair.layer_counts[s], "step_choice": pair.steps[s]} for s in SIDES}
         rinfo: Dict[str, Any] = {"round": k, "train": str(pair.dumps["train"].dir),
                                  "infer": str(pair.dumps["infer"].dir)}
         start_pos = -1
@@ -105,6 +112,8 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
                              "suspect" if r["boundary"] in sus_names else "propagated")
         for p in pts:
             p["chain"] = amplification_chain(cmp_rows, p["boundary"])[:12]
+            p.update(rate(p))
+            by[p["boundary"]]["risk"] = p["risk"]
         rinfo.update(first_divergence=fd, amplification_chain=chain, points=pts, suspects=sus,
                      counts=_counts(cmp_rows))
         if k == 0:
@@ -115,7 +124,9 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         # decide the next round
         logic = [p for p in pts if p.get("class") == "logic-level"]
         missing = [r for r in cmp_rows if r["status"] in NOT_COMPARED]
-        need = bool(fd.get("boundary")) and (bool(logic) or bool(sus)) and not fed_apart
+        # differences downstream that no isolated point explains yet (item: rounding points get stubs too)
+        unexplained = [r for r in cmp_rows if r.get("role") == "propagated"]
+        need = bool(fd.get("boundary")) and (bool(logic) or bool(sus) or bool(unexplained)) and not fed_apart
         if fed_apart:
             rinfo["outcome"] = "token_ids_differ"
         elif fd["status"] == "none":
@@ -146,6 +157,11 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
     if stop_reason:
         an.notes.append(stop_reason)
     verdict(an, logprob)
+    if pair0 is not None and not any(r["status"] not in NOT_COMPARED + ("ISOLATED", "not_compared")
+                                     for r in an.boundary_rows):
+        an.suggestions = suggest_fixes(bmap, pair0.dumps)
+        if an.suggestions:
+            an.verdict_reason += "; try: " + "; ".join(x["text"] for x in an.suggestions[:2])
     return an
 
 

@@ -17,17 +17,31 @@ from tilake.models.boundary_maps import SIDES
 PSEUDO = "token_ids"  # the pseudo-boundary feeding the embedding in classification
 
 
-def _selector(pair, side: str) -> Optional[dict]:
-    given = (pair.bmap.get("token_ids") or {}).get(side)
+def _selector(bmap: dict, side: str) -> Optional[dict]:
+    """The token-id selector of one side (see the module docstring), or None."""
+    given = (bmap.get("token_ids") or {}).get(side)
     if given:
         return given
-    first = (pair.bmap.get("layer_input") or {}).get("first")
-    b = next((x for x in pair.boundaries if x.name == first), None) or \
-        next((x for x in pair.boundaries if x.op == "embedding"), None)
-    spec = (b.spec.get(side) if b else None) or {}
+    first = (bmap.get("layer_input") or {}).get("first")
+    items = [b for b in bmap.get("boundaries") or [] if not b.get("per_layer")]
+    b = next((x for x in items if x.get("name") == first), None) or \
+        next((x for x in items if x.get("op") == "embedding"), None)
+    spec = (b.get(side) if b else None) or {}
     if "module" not in spec:
         return None
     return {"module": spec["module"], "call": spec.get("call", 0), "io": "input", "index": 0}
+
+
+def read_ids(view, bmap: dict, side: str):
+    """One side's token ids as a flat int64 tensor, or None when the dump does not hold them."""
+    sel = _selector(bmap, side)
+    if sel is None:
+        return None
+    try:
+        t = view.dump.load(S.resolve(view, sel, side).slots[0])
+    except (S.Unavailable, TilakeError):
+        return None
+    return None if t.is_floating_point() or t.is_complex() else t.reshape(-1).long()
 
 
 def compare_token_ids(pair) -> Dict[str, Any]:
@@ -40,17 +54,11 @@ def compare_token_ids(pair) -> Dict[str, Any]:
     """
     ids: Dict[str, Any] = {}
     for s in SIDES:
-        sel = _selector(pair, s)
-        if sel is None:
+        if _selector(pair.bmap, s) is None:
             return _missing("the map names no embedding module to read token ids from")
-        try:
-            res = S.resolve(pair.views[s], sel, s)
-            t = pair.dumps[s].load(res.slots[0])
-        except (S.Unavailable, TilakeError) as exc:
-            return _missing(f"{s} token ids not readable: {getattr(exc, 'reason', exc)}")
-        if t.is_floating_point() or t.is_complex():
-            return _missing(f"{s} embedding input 0 is {t.dtype}, not token ids")
-        ids[s] = t.reshape(-1).long()
+        ids[s] = read_ids(pair.views[s], pair.bmap, s)
+        if ids[s] is None:
+            return _missing(f"the {s} dump holds no integer token ids at the embedding's input 0")
     tr, inf = ids["train"], ids["infer"]
     rng = pair.pairing.get("request_tokens")
     if rng and inf.numel() > tr.numel():

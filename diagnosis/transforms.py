@@ -91,16 +91,32 @@ def _layout_scan(cands: Dict[str, Any], other, fused: str, part: str, label: str
 
     if other is None:
         raise Unavailable(f"{fused} layout 'auto' needs the other side's tensor for a correlation scan")
-    scan = {lay: (pearson(c, other) if tuple(c.shape) == tuple(other.shape) else None) for lay, c in cands.items()}
+    rng = context.get("request_tokens")
+    scan = {lay: pearson(*_scan_pair(c, other, rng)) for lay, c in cands.items()}
     best = max(scan, key=lambda k: -2 if scan[k] is None else scan[k])
     if scan[best] is None:
-        raise Unavailable(f"{fused} layout scan: no candidate slice has the other side's shape {list(other.shape)}")
+        c = next(iter(cands.values()))
+        hint = ""
+        if c.dim() >= 1 and other.dim() >= 1 and c.shape[1:] == other.shape[1:] and c.shape[0] != other.shape[0]:
+            hint = (f" (one side holds {max(c.shape[0], other.shape[0])} token rows, the other "
+                    f"{min(c.shape[0], other.shape[0])}: pass --request-tokens 0:{min(c.shape[0], other.shape[0])} "
+                    "with the request's rows)")
+        raise Unavailable(f"{fused} layout scan: no candidate slice has the other side's shape {list(other.shape)}{hint}")
     first, second = list(cands.values())[:2]
     same = tuple(first.shape) == tuple(second.shape) and torch.equal(first, second)
     ev = ", ".join(f"{k} r={v:.4f}" if v is not None else f"{k} r=n/a" for k, v in scan.items())
     notes.append(f"{fused} layout scan ({label}): {ev} → {best}" + (" (layouts coincide)" if same else ""))
     context.setdefault("_scans", []).append({"part": part, "scores": scan, "chosen": best, "layouts_coincide": same})
     return best
+
+
+def _scan_pair(c, other, rng):
+    """The candidate (cut to the request's token rows ``rng`` when that is what separates it from the
+    other side) and the other side's tensor; ``(None, None)`` when the shapes still differ."""
+    if rng and c.dim() >= 1 and c.shape[1:] == other.shape[1:] and c.shape[0] > other.shape[0] \
+            and int(rng[1]) - int(rng[0]) == other.shape[0] and int(rng[1]) <= c.shape[0]:
+        c = c[int(rng[0]):int(rng[1])]
+    return (c, other) if tuple(c.shape) == tuple(other.shape) else (None, None)
 
 
 def _need_dims(dims: Dict[str, int], names: Tuple[str, ...], what: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tilake.diagnosis.divergence import NOT_COMPARED
+from tilake.diagnosis.logprob import check_logprob, logprob_findings
 from tilake.diagnosis.result import Analysis
 
 
@@ -24,6 +25,9 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
         an.verdict, an.consistency = "evidence_missing", "unknown"
         an.verdict_reason = (f"no boundary could be compared ({len(missing)} evidence_missing/MISSING); "
                              f"first: {missing[0]['boundary']} — {missing[0].get('reason')}")
+        fd0 = (an.rounds[0] if an.rounds else {}).get("first_divergence") or {}
+        if fd0.get("candidate"):
+            an.verdict_reason = fd0["reason"]
     elif not compared:
         an.verdict, an.consistency = "not_run", "unknown"
         an.verdict_reason = "no boundary was analysed"
@@ -41,6 +45,12 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
             ", ".join(f"{p['boundary']} (round {p['round']})" for p in logic)
         if last.get("outcome") == "stub_needed" or (an.stub_instruction or {}).get("needed"):
             an.verdict_reason += "; enumeration not finished: apply stub_instruction.json and analyse the next round"
+    elif [r for r in non_exact if r.get("evidence_kind") == "md5"]:
+        md = [r for r in non_exact if r.get("evidence_kind") == "md5"]
+        an.verdict, an.consistency = "nonzero", "unknown"
+        an.verdict_reason = (f"{len(md)} boundar{'y differs' if len(md) == 1 else 'ies differ'} by md5 (first: "
+                             f"{md[0]['boundary']}); ULP and class are unknown without tensors — collect tensor mode "
+                             f"for {md[0]['boundary']} (msprobe config task: tensor, list/scope naming its entry)")
     elif [r for r in non_exact if r["status"] == "SHAPE_DIFF"]:
         sd = [r["boundary"] for r in non_exact if r["status"] == "SHAPE_DIFF"]
         an.verdict, an.consistency = "evidence_missing", "unknown"
@@ -58,18 +68,30 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
                                  f"{'y' if len(biased) == 1 else 'ies'} (first: {biased[0]['boundary']}, "
                                  f"{(biased[0].get('bias') or {}).get('kind', 'bias')}): biased rounding accumulates "
                                  "with depth, so the sides do not merely differ by rounding noise")
+        elif (an.stub_instruction or {}).get("needed"):
+            si = an.stub_instruction
+            an.verdict, an.consistency = "nonzero", "unknown"
+            an.verdict_reason = (f"rounding-level point(s) so far ({', '.join(p['boundary'] for p in an.points[:3])}), "
+                                 "but the differences downstream are not explained yet: "
+                                 + ("apply stub_instruction.json and analyse the next round" if si.get("available")
+                                    else f"the point cannot be isolated ({si.get('reason')})"))
         else:
             an.verdict, an.consistency = "nonzero", "rounding_only"
-            an.verdict_reason = ("only rounding-level differences: train and inference agree up to "
-                                 "floating-point rounding (each rounding-level point is listed)")
+            an.verdict_reason = ("only rounding-level differences, each an isolated point: train and inference "
+                                 "agree up to floating-point rounding (each rounding-level point is listed)")
     elif missing:
         an.verdict, an.consistency = "evidence_missing", "unknown"
         an.verdict_reason = f"every compared boundary is EXACT but {len(missing)} could not be compared"
     else:
         an.verdict, an.consistency = "exact", "bitwise"
         an.verdict_reason = "every boundary is bitwise EXACT"
-    if logprob and all(logprob.get(k) is not None for k in ("mean", "max")):
-        an.logprob = {"status": "exact" if logprob.get("max") == 0 else "nonzero", **logprob}
+    if logprob is not None:
+        lp = check_logprob(logprob)
+        issues = logprob_findings(lp, compared)
+        an.logprob = {"status": "exact" if lp["max"] == 0 else "nonzero", **lp}
+        if issues:  # flagged, never silently dropped
+            an.logprob.update(consistent_with_dumps=False, findings=issues)
+            an.notes.extend(issues)
     else:
         an.logprob = {"status": "evidence_missing", "mean": None, "max": None, "std": None,
                       "reason": "no measured prefill log-prob diff supplied (e.g. from a training log); "

@@ -20,6 +20,8 @@ from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
 from tilake.diagnosis import outputs as O
 from tilake.diagnosis.outputs import UNKNOWN
+from tilake.diagnosis.logprob import read_logprob
+from tilake.diagnosis.suggest import exit_status
 
 # the dump marts (their folder is the selector); dbt_build adds their ancestors (staging/msprobe, runs)
 DUMP_MODELS = ["path:models/marts/dumps"]
@@ -106,12 +108,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
         pairing["request_tokens"] = [int(request_tokens[0]), int(request_tokens[1])]
     if cu_seqlens:
         pairing["cu_seqlens"] = [int(x) for x in cu_seqlens]
-    logprob = None
-    if logprob_json:
-        try:
-            logprob = json.loads(Path(logprob_json).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise TilakeError(f"cannot read measured log-prob JSON: {exc}", path=logprob_json)
+    logprob = read_logprob(Path(logprob_json)) if logprob_json else None
     rins = [A.RoundInput(Path(train), Path(infer))] + [A.RoundInput(Path(a), Path(b)) for a, b in rounds]
     pair0 = A.Pair(rins[0].train, rins[0].infer, bmap, pairing)
     card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], dict(card or {}))
@@ -149,7 +146,9 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
             "first_divergence": fd.get("boundary") or fd.get("reason"),
             "points": [(p["round"], p["boundary"], p["class"]) for p in an.points],
             "stub_needed": bool((an.stub_instruction or {}).get("needed")),
-            "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built}
+            "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built,
+            "suggestions": [x["text"] for x in an.suggestions],
+            "exit_code": exit_status(an)}
 
 
 def map_names() -> List[str]:

@@ -32,6 +32,9 @@ def print_probe(res: Dict[str, Any]) -> None:
         for k, v in list(p["apis"].items())[:15]:
             t.add_row(escape(k), str(v["calls"]), f"{v['counter_min']}..{v['counter_max']}")
         con.print(t)
+        con.print(f"  summary mode: {p.get('summary_mode')}; parameters_grad: {p.get('parameters_grad')}")
+        for n in p.get("notes") or []:
+            con.print(f"  [yellow]note[/]: {n}")
         for w in p["warnings"]:
             con.print("  [yellow]warning[/]: " + escape(str(w)))
     if "api_counter_drift" in res:
@@ -48,6 +51,8 @@ def print_summary(res: Dict[str, Any]) -> None:
     con.print(f"first divergence: {res['first_divergence']}", markup=False)
     for r, b, c in res["points"]:
         con.print(f"  point: round {r} {b} — {c}", markup=False)
+    for x in res.get("suggestions") or []:
+        con.print(f"  try: {x}", markup=False)
     if res["stub_needed"]:
         con.print("next: apply stub_instruction.json, collect the next round, re-run with --round TRAIN INFER")
     for k, v in res["outputs"].items():

@@ -89,6 +89,37 @@ def hist_svg(row: Dict[str, Any]) -> str:
     return "".join(out)
 
 
+def row_curve_svg(row: Dict[str, Any], bound: float = 4.0) -> str:
+    """Inline SVG line of one boundary's per-row error (``row_tensor_ulp``: max|Δ| per row in ULP of
+    max|reference|) against the row (token position), with the rounding bound as a dashed line.
+
+    Rows above the bound stand out (a wrong mask or position in a few rows); a curve rising with the
+    position exposes position-growing errors (RoPE).
+    """
+    from xml.sax.saxutils import escape
+
+    ys = [float(v or 0.0) for v in row.get("row_tensor_ulp") or []]
+    w, h, pad = 320, 120, 20
+    top = max(ys + [bound * 1.5])
+    sx = (w - 2 * pad) / max(len(ys) - 1, 1)
+
+    def y(v: float) -> float:
+        return h - pad - (h - 2 * pad) * (v / top if top else 0)
+
+    pts = " ".join(f"{pad + i * sx:.1f},{y(v):.1f}" for i, v in enumerate(ys))
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" role="img">',
+           f'<title>{escape(row["boundary"])} round {row["round"]}: error per row</title>',
+           f'<text x="4" y="11" font-size="10">{escape(row["boundary"])} (round {row["round"]}): '
+           f'ULP at tensor scale per row (max {max(ys or [0]):.3g})</text>',
+           f'<line x1="{pad}" x2="{w - pad}" y1="{y(bound):.1f}" y2="{y(bound):.1f}" stroke="#b9770e" '
+           f'stroke-dasharray="4 3"><title>rounding bound {bound:g} ULP</title></line>',
+           f'<polyline points="{pts}" fill="none" stroke="#c0392b" stroke-width="1.5"/>',
+           f'<text x="{pad}" y="{h - 5}" font-size="8">row 0</text>',
+           f'<text x="{w - pad}" y="{h - 5}" font-size="8" text-anchor="end">row {max(len(ys) - 1, 0)}</text>',
+           "</svg>"]
+    return "".join(out)
+
+
 def chain_chart(chain: List[Dict[str, Any]], title: str) -> str:
     """Amplification chain: max|diff| (log) and tensor-scale ULP per boundary (base64 PNG)."""
     import matplotlib
@@ -126,14 +157,19 @@ def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> D
     env = _env()
     out_dir = Path(out_dir)
     md = _env(markdown=True).get_template("alignment_report.md.j2").render(s=src)
-    hists, chain_png = [], None
+    hists, chain_png, row_curves = [], None, []
     if charts:
         div = [b for b in src["boundaries"] if b.get("ulp_hist") and b["status"] not in ("EXACT",)
                and b.get("mismatch_count")]
         for b in div:
             hists.append({"boundary": b["boundary"], "round": b["round"], "svg": Markup(hist_svg(b))})
+        pts = {(p["boundary"], p["round"]) for p in src.get("points") or []}
+        bound = float(src.get("map", {}).get("rounding_bound") or 4.0)
+        row_curves = [{"boundary": b["boundary"], "svg": Markup(row_curve_svg(b, bound))} for b in div
+                      if (b["boundary"], b["round"]) in pts and len(b.get("row_tensor_ulp") or []) > 1]
         if src.get("amplification_chain"):
             chain_png = chain_chart(src["amplification_chain"], "amplification chain from the first divergence (round 0)")
-    html = env.get_template("alignment_report.html.j2").render(s=src, hists=hists, chain_png=chain_png)
+    html = env.get_template("alignment_report.html.j2").render(s=src, hists=hists, chain_png=chain_png,
+                                                               row_curves=row_curves)
     return {"report_md": _write(out_dir / "alignment_report.md", md),
             "report_html": _write(out_dir / "alignment_report.html", html)}

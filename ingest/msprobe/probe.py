@@ -2,8 +2,9 @@
 
 Reads only ``dump.json`` / ``construct.json`` (no tensor is loaded): module path prefixes,
 module classes with counts, fused-module candidates, API names with their call-counter range,
-slot counts by io kind, layer count, wrapper segments (FSDP / Megatron ``module.module``) and a
-few sampled shapes per module class.
+slot counts by io kind, layer count, wrapper segments (FSDP / Megatron ``module.module``), a
+few sampled shapes per module class, the summary mode (tensor / statistics / md5), the
+``*.parameters_grad`` entries and their tensors, and a MindSpore side (``Cell.*``) named as such.
 """
 from __future__ import annotations
 
@@ -57,6 +58,22 @@ def probe_side(dump: DumpSide, samples: int = 3) -> Dict[str, Any]:
         if am:
             apis.setdefault(am.group("api"), []).append(int(am.group("counter")))
     io = Counter(s.io for s in dump.slots)
+    grads = [e for e in dump.entries if e.endswith(".parameters_grad")]
+    grad_tensors = sum(_count_tensors(dump.entries[e]) for e in grads)
+    cells = sum(1 for e in dump.entries if e.startswith("Cell."))
+    summary = "md5" if any("md5" in (s.declared_stats or {}) for s in dump.slots) else \
+        ("statistics" if dump.meta.get("task") == "statistics" else "tensor")
+    pt_present = sum(1 for s in dump.slots if s.data_name and (dump.data_dir / s.data_name).is_file())
+    notes = []
+    if cells:
+        notes.append(f"MindSpore dump ({cells} Cell.* entries): not supported — tilake reads PyTorch msprobe dumps "
+                     "(Module.* / API entries); dump the PyTorch side of the comparison instead")
+    if summary != "tensor":
+        notes.append(f"{summary} dump: no tensors; the exact gate uses "
+                     + ("md5 (EXACT / NOT_EXACT, ULP unknown)" if summary == "md5" else
+                        "statistics only (candidates, never EXACT)"))
+    elif dump.slots and pt_present == 0:
+        notes.append("dump.json names .pt files but none is present in dump_tensor_data/")
     return {
         "path": str(dump.dir), "step": dump.step, "rank": dump.rank, "proc": dump.proc,
         "task": dump.meta.get("task"), "level": dump.meta.get("level"),
@@ -72,8 +89,23 @@ def probe_side(dump: DumpSide, samples: int = 3) -> Dict[str, Any]:
         "apis": {k: {"calls": len(v), "counter_min": min(v), "counter_max": max(v)}
                  for k, v in sorted(apis.items(), key=lambda kv: -len(kv[1]))},
         "sampled_shapes": shapes,
+        "summary_mode": summary, "pt_files_present": pt_present,
+        "parameters_grad": {"entries": len(grads), "tensors": grad_tensors},
+        "framework_detected": "mindspore" if cells else "pytorch",
+        "notes": notes,
         "warnings": dump.warnings,
     }
+
+
+def _count_tensors(value: Any) -> int:
+    """Tensor records (``{"type": "...Tensor", ...}``) anywhere in a dump.json value."""
+    if isinstance(value, dict):
+        if str(value.get("type", "")).endswith("Tensor"):
+            return 1
+        return sum(_count_tensors(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_count_tensors(v) for v in value)
+    return 0
 
 
 def probe(train: Path, infer: Path = None) -> Dict[str, Any]:

@@ -279,8 +279,10 @@ def test_statistics_only_dump_is_evidence_missing(tmp_path):
     strip(dj["data"])
     (d / "dump.json").write_text(json.dumps(dj))
     an = A.analyze_pair([A.RoundInput(tmp_path / "train", tmp_path / "infer")], M.load_map("qwen3_hf_vllm"))
-    assert {r["status"] for r in an.boundary_rows} == {"MISSING"}
-    assert "statistics-only dump" in an.boundary_rows[0]["reason"]
+    # statistics are used but can never prove EXACT: every boundary stays evidence_missing, saying why
+    assert {r["status"] for r in an.boundary_rows} == {"evidence_missing"}
+    assert "statistics equal (Max/Min/Mean/Norm) — statistics cannot prove EXACT" in an.boundary_rows[0]["reason"]
+    assert any("the map's selector needs one (qkv_part)" in r["reason"] for r in an.boundary_rows)
     assert an.verdict == "evidence_missing" and "no boundary could be compared" in an.verdict_reason
     rows = stats_rows(DumpSide(tmp_path / "infer"), "infer", 0)
     assert {r["status"] for r in rows} == {"no_data"}
@@ -294,7 +296,7 @@ def test_bad_map_and_bad_out_folder_are_one_line_errors(mini, tmp_path):
     assert r.exit_code == 2 and "boundaries[0] (x) has no 'infer' selector" in r.output
     r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(tmp / "train"), "--infer", str(tmp / "infer"),
                                   "--map", "no_such_map", "--out", str(tmp / "o")])
-    assert r.exit_code == 2 and "(shipped maps: qwen3_hf_vllm, qwen3_megatron_vllm)" in r.output
+    assert r.exit_code == 2 and "(shipped maps: llama2_megatron_legacy, qwen3_hf_vllm, qwen3_megatron_vllm)" in r.output
     f = tmp_path / "afile"
     f.write_text("x")
     good = write_map(tmp / "good.yaml", [bnd("b", sel("m.B.Lin"), sel("m.B.Lin"))])

@@ -2,16 +2,21 @@
 filtered signed means, row / column localisation, and what follows from them in the verdict."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import torch
+from click.testing import CliRunner
 
 from msprobe_mini import write_dump, write_map  # noqa: E402
 
 from tilake.diagnosis import analyze as A  # noqa: E402
 from tilake.diagnosis import maps as M  # noqa: E402
 from tilake.diagnosis import outputs as O  # noqa: E402
+from tilake.diagnosis.logprob import read_logprob  # noqa: E402
 from tilake.diagnosis.numerics import compare  # noqa: E402
+from tilake.errors import TilakeError  # noqa: E402
 
 
 def toward_zero(x: torch.Tensor, share: float, seed: int) -> torch.Tensor:
@@ -148,3 +153,243 @@ def test_equal_token_ids_are_recorded(tmp_path):
     an = _embed_pair(tmp_path, ids, ids.clone())
     assert an.token_ids["status"] == "equal" and an.token_ids["positions"] == 8
     assert an.verdict == "exact"
+
+
+def test_risk_rating_names_its_rule(tmp_path):
+    from tilake.diagnosis.risk import rate
+
+    assert rate({"class": "logic-level", "op": "attention"})["risk"] == "critical"
+    assert rate({"class": "logic-level", "boundary": "logits", "op": "matmul"})["risk_rule"] == "logic_at_attention_or_logits"
+    assert rate({"class": "logic-level", "op": "matmul"})["risk"] == "high"
+    assert rate({"class": "rounding-level", "op": "matmul", "systematic_bias": True})["risk_rule"] == "biased_rounding"
+    r = rate({"class": "rounding-level", "op": "norm", "systematic_bias": False})
+    assert r["risk"] == "medium" and "accumulates over layers" in r["risk_reason"]
+    assert rate({"class": "rounding-level", "op": "matmul", "systematic_bias": False})["risk"] == "low"
+
+
+def test_risk_and_row_curve_reach_the_reports(tmp_path):
+    from tilake.reports.dumps_report import render_reports
+
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(16, 64, generator=g).to(torch.bfloat16)
+    att = torch.randn(16, 64, generator=g).to(torch.bfloat16)
+    bad = att.clone()
+    bad[3] = torch.randn(64, generator=g).to(torch.bfloat16)
+    an = chain(tmp_path, ["q", "attn"], [q, att], [q, bad], ops=["matmul", "attention"])
+    p = an.points[0]
+    assert (p["boundary"], p["risk"], p["risk_rule"]) == ("attn", "critical", "logic_at_attention_or_logits")
+    from tilake.ingest.msprobe.reader import DumpSide
+
+    card = O.task_card(*(DumpSide(Path(an.sides[s]["path"]), s) for s in ("train", "infer")))
+    src = O.report_source(an, card)
+    assert next(b for b in src["boundaries"] if b["boundary"] == "attn")["risk"] == "critical"
+    paths = render_reports(src, tmp_path, charts=True)
+    html, md = paths["report_html"].read_text(), paths["report_md"].read_text()
+    assert "critical" in md and "[3]" in md
+    assert 'class="risk-critical"' in html and "error per row" in html and "<polyline" in html
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"mean": NaN, "max": 0.1}', "NaN is not JSON"),
+    ('{"mean": "0.1", "max": 0.2}', "'mean' must be a number"),
+    ('{"mean": [0.1], "max": 0.2}', "'mean' must be a number"),
+    ('[0.1, 0.2]', "expected a JSON object"),
+    ('{"mean": -0.1, "max": 0.2}', "'mean' is negative"),
+    ('{"mean": 0.3, "max": 0.2}', "max 0.2 < mean 0.3"),
+    ('{"mean": 0.1}', "'max' is missing"),
+    ('{"mean": 0.1, "max": Infinity}', "Infinity is not JSON"),
+])
+def test_logprob_json_fails_closed(tmp_path, text, says):
+    p = tmp_path / "lp.json"
+    p.write_text(text)
+    with pytest.raises(TilakeError) as ei:
+        read_logprob(p)
+    msg = str(ei.value)
+    assert says in msg and str(p) in msg and "\n" not in msg
+
+
+def test_logprob_json_refused_at_the_cli_with_one_line(tmp_path):
+    from tilake.cli import main
+
+    p = tmp_path / "lp.json"
+    p.write_text('{"mean": NaN, "max": 0.1}')
+    d = write_dump(tmp_path / "t", [("Module.m.A.Lin.forward.0", None, {"output": [torch.ones(2, 2)]})])
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(d), "--infer", str(d), "--out",
+                                  str(tmp_path / "o"), "--logprob-json", str(p), "--no-charts"])
+    assert r.exit_code == 2 and "NaN is not JSON" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "o" / "report_source.json").exists()
+
+
+def test_zero_logprob_next_to_logic_level_logits_is_inconsistent_and_json_is_strict(tmp_path):
+    g = torch.Generator().manual_seed(12)
+    h = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    lg = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    tr = write_dump(tmp_path / "train", [("Module.m.H.Lin.forward.0", None, {"output": [h]}),
+                                          ("Module.m.L.Lin.forward.0", None, {"output": [lg]})])
+    inf = write_dump(tmp_path / "infer", [("Module.m.H.Lin.forward.0", None, {"output": [h]}),
+                                           ("Module.m.L.Lin.forward.0", None, {"output": [lg * 2]})])
+    bs = [{"name": "h", "op": "matmul", "inputs": [], "train": {"module": "m.H.Lin"}, "infer": {"module": "m.H.Lin"}},
+          {"name": "logits", "op": "matmul", "inputs": ["h"], "train": {"module": "m.L.Lin"}, "infer": {"module": "m.L.Lin"}}]
+    bmap = M.load_map(str(write_map(tmp_path / "m.yaml", bs)))
+    an = A.analyze_pair([A.RoundInput(tr, inf)], bmap, logprob={"mean": 0.0, "max": 0.0})
+    assert an.logprob["consistent_with_dumps"] is False
+    assert an.logprob["findings"][0].startswith("inconsistent: the measured prefill log-prob max diff is 0 but logits")
+    an.points[0]["cosine"] = float("nan")        # a non-finite figure must not reach the file as bare NaN
+    paths = O.write_outputs(an, {}, tmp_path / "o")
+    src = json.loads(paths["report_source"].read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    assert src["points"][0]["cosine"] is None
+    assert any(x.startswith("inconsistent:") for x in src["limitations"])
+
+
+def test_softmax_skipped_is_constant_across_query_positions(tmp_path):
+    g = torch.Generator().manual_seed(13)
+    q = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    v = torch.randn(8, 32, generator=g)
+    att = torch.softmax(torch.randn(8, 8, generator=g), -1) @ v
+    mean_v = v.mean(0, keepdim=True).expand(8, 32)                    # uniform weights: every query gets mean(V)
+    an = chain(tmp_path, ["q", "attn"], [q, att.to(torch.bfloat16)], [q, mean_v.to(torch.bfloat16)],
+               ops=["matmul", "attention"])
+    r = next(x for x in an.boundary_rows if x["boundary"] == "attn")
+    assert r["constant_rows"]["side"] == "infer" and r["constant_rows"]["rows"] == 8
+    assert r["class"] == "logic-level"
+    assert any("constant across query positions" in e for e in r["class_evidence"])
+    p = an.points[0]
+    assert p["cosine"] is not None and p["cosine"] < 0.99 and p["risk"] == "critical"
+
+
+def test_fp32_cache_stored_as_bf16_is_a_precision_downgrade(tmp_path):
+    g = torch.Generator().manual_seed(14)
+    q = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    kv = torch.randn(8, 32, generator=g)                                # fp32 on the training side
+    an = chain(tmp_path, ["q", "kv"], [q, kv], [q, kv.to(torch.bfloat16)], ops=["matmul", "matmul"])
+    r = next(x for x in an.boundary_rows if x["boundary"] == "kv")
+    assert r["status"] == "DTYPE_DIFF" and r["downcast"]["exact"] is True and r["downcast"]["to"] == "torch.bfloat16"
+    assert r["precision_downgrade"] is True and r["class"] == "rounding-level"
+    assert "the infer side is exactly the downcast train tensor (float32 → bfloat16)" in r["reason"]
+    assert an.points[0]["risk_rule"] == "precision_downgrade"
+
+
+def test_dtype_diff_that_is_not_a_downcast_stays_logic_level(tmp_path):
+    g = torch.Generator().manual_seed(15)
+    q = torch.randn(8, 32, generator=g).to(torch.bfloat16)
+    kv = torch.randn(8, 32, generator=g)
+    bad = kv.to(torch.bfloat16)
+    bad[2, 3] = -bad[2, 3]
+    an = chain(tmp_path, ["q", "kv"], [q, kv], [q, bad], ops=["matmul", "matmul"])
+    r = next(x for x in an.boundary_rows if x["boundary"] == "kv")
+    assert r["downcast"]["exact"] is False and r["downcast"]["status"] == "NOT_EXACT"
+    assert r["class"] == "logic-level" and "not the downcast train tensor" in r["reason"]
+    assert "1 elements still differ" in r["reason"]
+
+
+def _batched_pair(tmp: Path):
+    """Train: one request of 8 tokens (separate q, hidden h); infer: a 12-token batch, request in rows 0:8,
+    fused qkv [q; k; v] (q_size 32, kv_size 16)."""
+    g = torch.Generator().manual_seed(16)
+    q, k, v = (torch.randn(12, n, generator=g).to(torch.bfloat16) for n in (32, 16, 16))
+    h = torch.randn(12, 32, generator=g).to(torch.bfloat16)
+    tr = write_dump(tmp / "train", [("Module.m.Q.Lin.forward.0", None, {"output": [q[:8]]}),
+                                     ("Module.m.H.Lin.forward.0", None, {"output": [h[:8]]})])
+    inf = write_dump(tmp / "infer", [("Module.m.QKV.Lin.forward.0", None, {"output": [torch.cat([q, k, v], -1)]}),
+                                      ("Module.m.H.Lin.forward.0", None, {"output": [h]})])
+    bs = [{"name": "q", "op": "matmul", "inputs": [], "train": {"module": "m.Q.Lin"},
+           "infer": {"module": "m.QKV.Lin", "transforms": [{"qkv_part": {"part": "q", "layout": "auto"}}]}},
+          {"name": "h", "op": "matmul", "inputs": ["q"], "train": {"module": "m.H.Lin"}, "infer": {"module": "m.H.Lin"}}]
+    return tr, inf, M.load_map(str(write_map(tmp / "b.yaml", bs, dims={"q_size": 32, "kv_size": 16, "head_dim": 8})))
+
+
+def test_request_tokens_slice_before_the_fused_layout_scan(tmp_path):
+    tr, inf, bmap = _batched_pair(tmp_path)
+    an = A.analyze_pair([A.RoundInput(tr, inf)], bmap, pairing={"request_tokens": [0, 8]})
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert rows["q"]["status"] == "EXACT" and rows["h"]["status"] == "EXACT"
+    assert an.layout_scans[0]["chosen"] == "concat" and an.layout_scans[0]["scores"]["concat"] == pytest.approx(1.0)
+    assert an.verdict == "exact"
+
+
+def test_more_tokens_on_one_side_without_the_flag_says_which_flag(tmp_path):
+    tr, inf, bmap = _batched_pair(tmp_path)
+    an = A.analyze_pair([A.RoundInput(tr, inf)], bmap)
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert rows["q"]["status"] == "evidence_missing" and "--request-tokens 0:8" in rows["q"]["reason"]
+    assert rows["h"]["status"] == "SHAPE_DIFF" and "--request-tokens 0:8" in rows["h"]["reason"]
+
+
+def _step_side(root: Path, steps: dict, table: torch.Tensor):
+    """``steps``: {step number: token ids or None (an empty step)} written as <root>/step<n>/rank0."""
+    for n, ids in steps.items():
+        if ids is None:
+            d = root / f"step{n}" / "rank0"
+            d.mkdir(parents=True)
+            (d / "dump.json").write_text(json.dumps({"task": "tensor", "level": "mix", "data": {}}))
+            continue
+        write_dump(root, [("Module.m.E.Emb.forward.0", None, {"input": [ids], "output": [table[ids]]})],
+                   folder=f"step{n}/rank0")
+    return root
+
+
+def _steps_map(tmp: Path):
+    bs = [{"name": "embed", "op": "embedding", "inputs": [], "train": {"module": "m.E.Emb"}, "infer": {"module": "m.E.Emb"}}]
+    return M.load_map(str(write_map(tmp / "s.yaml", bs, layer_input={"first": "embed"})))
+
+
+def test_warm_up_and_empty_steps_are_dropped_and_named(tmp_path):
+    table = torch.randn(32, 16, generator=torch.Generator().manual_seed(17)).to(torch.bfloat16)
+    ids = torch.randint(1, 32, (8,), generator=torch.Generator().manual_seed(18))
+    tr = _step_side(tmp_path / "train", {0: torch.zeros(8, dtype=torch.int64), 1: ids, 2: None}, table)
+    inf = _step_side(tmp_path / "infer", {0: ids}, table)
+    an = A.analyze_pair([A.RoundInput(tr, inf)], _steps_map(tmp_path))
+    ch = an.sides["train"]["step_choice"]
+    assert an.sides["train"]["step"] == 1 and ch["used"] == "step1/rank0"
+    assert ch["dropped"] == {"step0/rank0": "warm-up (token ids all zero)",
+                             "step2/rank0": "empty step (no entry dumped; msprobe writes one after collection)"}
+    assert an.verdict == "exact" and any("train: used step1/rank0" in n for n in an.notes)
+
+
+def test_the_step_whose_token_ids_match_is_used_else_refused(tmp_path):
+    table = torch.randn(32, 16, generator=torch.Generator().manual_seed(19)).to(torch.bfloat16)
+    g = torch.Generator().manual_seed(20)
+    a, b = torch.randint(1, 32, (8,), generator=g), torch.randint(1, 32, (8,), generator=g)
+    tr = _step_side(tmp_path / "train", {0: a, 1: b}, table)
+    inf = _step_side(tmp_path / "infer", {3: b}, table)
+    an = A.analyze_pair([A.RoundInput(tr, inf)], _steps_map(tmp_path))
+    assert an.sides["train"]["step"] == 1 and an.sides["infer"]["step"] == 3
+    assert an.sides["train"]["step_choice"]["how"] == "the step whose token ids match the other side"
+    inf2 = _step_side(tmp_path / "infer2", {0: torch.randint(1, 32, (8,), generator=g)}, table)
+    with pytest.raises(TilakeError) as ei:
+        A.analyze_pair([A.RoundInput(tr, inf2)], _steps_map(tmp_path))
+    assert "train has step0/rank0, step1/rank0; infer has step0/rank0" in str(ei.value)
+
+
+def _summary_chain(tmp: Path, task: str, infer_h, infer_n):
+    g = torch.Generator().manual_seed(21)
+    e, h, n = (torch.randn(8, 16, generator=g).to(torch.bfloat16) for _ in range(3))
+    names = ["embed", "h", "norm"]
+    ents = lambda ts: [(f"Module.m.{k}.Lin.forward.0", None, {"output": [t]}) for k, t in zip(names, ts)]  # noqa: E731
+    tr = write_dump(tmp / "train", ents([e, h, n]), task=task)
+    inf = write_dump(tmp / "infer", ents([e, infer_h(h), infer_n(n)]), task=task)
+    bs = [{"name": k, "op": "matmul", "inputs": [names[i - 1]] if i else [], "train": {"module": f"m.{k}.Lin"},
+           "infer": {"module": f"m.{k}.Lin", "transforms": [{"squeeze": 0}]}} for i, k in enumerate(names)]
+    return A.analyze_pair([A.RoundInput(tr, inf)], M.load_map(str(write_map(tmp / "s.yaml", bs))))
+
+
+def test_md5_dumps_run_the_exact_gate_without_tensors(tmp_path):
+    an = _summary_chain(tmp_path, "md5", lambda h: h.clone(), lambda n: n * 2)
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert [rows[k]["status"] for k in ("embed", "h", "norm")] == ["EXACT", "EXACT", "NOT_EXACT"]
+    assert rows["norm"]["evidence_kind"] == "md5" and rows["norm"]["tensor_ulp"] is None
+    assert "ULP unknown" in rows["norm"]["reason"]
+    assert an.rounds[0]["first_divergence"]["boundary"] == "norm"
+    assert an.points[0]["class"] is None and an.points[0]["risk_rule"] == "unmeasured_difference"
+    assert an.consistency == "unknown" and "collect tensor mode for norm" in an.verdict_reason
+
+
+def test_statistics_only_names_a_candidate_never_exact(tmp_path):
+    an = _summary_chain(tmp_path, "statistics", lambda h: h * 2, lambda n: n * 2)
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    assert rows["embed"]["status"] == "evidence_missing" and "statistics equal" in rows["embed"]["reason"]
+    assert rows["h"]["stats_differ"] is True and rows["h"]["reason"].startswith("candidate: statistics differ")
+    fd = an.rounds[0]["first_divergence"]
+    assert fd["status"] == "undetermined" and fd["candidate"] == "h"
+    assert an.verdict == "evidence_missing" and "collect tensor mode for h" in an.verdict_reason
+    assert not [r for r in an.boundary_rows if r["status"] == "EXACT"]

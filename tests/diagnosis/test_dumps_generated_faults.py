@@ -229,3 +229,82 @@ def test_map_listed_out_of_order_keeps_the_first_divergence(base, tmp_path):
     rows = {r["boundary"]: r for r in an.boundary_rows}
     assert rows["L0.layer.out"]["position"] > rows["L0.down_proj.out"]["position"] > rows["L0.attn_core.out"]["position"]
     assert any("execution order" in n and "L0.down_proj.out runs before L0.layer.out" in n for n in an.notes)
+
+
+def test_nothing_compared_exits_3_and_names_the_fix(base, tmp_path):
+    """Sides swapped, or the wrong map: no boundary resolves; the exit status says so (3, outputs written)
+    and the fix the dump names point to is suggested."""
+    from click.testing import CliRunner
+
+    from tilake.cli import main
+
+    cfg, w, root = base
+    G.dump_megatron(cfg, root / "meg", w)
+    G.dump_infer(cfg, root / "sw_infer", None, w=w)
+    # a Megatron training dump analysed with the HF map: the megatron map resolves
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "meg"), "--infer", str(root / "sw_infer"),
+                                  "--out", str(tmp_path / "o1"), "--no-charts"])
+    assert r.exit_code == 3, r.output
+    assert "--map qwen3_megatron_vllm" in r.output
+    src = json.loads((tmp_path / "o1" / "report_source.json").read_text())
+    assert src["results"]["verdict"] == "evidence_missing"
+    assert src["suggestions"][0]["fix"] == "other_map" and src["suggestions"][0]["resolvable"] == 25  # every boundary of that map
+    # the sides swapped (vLLM dump as --train, HF dump as --infer) with the Megatron map
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "sw_infer"), "--infer", str(root / "meg"),
+                                  "--map", "qwen3_megatron_vllm", "--out", str(tmp_path / "o2"), "--no-charts"])
+    assert r.exit_code == 3, r.output
+    assert "--train and --infer look swapped" in r.output
+
+
+def test_a_whole_model_is_not_taken_for_a_pipeline_stage(base, tmp_path):
+    cfg, w, root = base
+    G.dump_megatron(cfg, tmp_path / "meg", w)
+    G.dump_infer(cfg, tmp_path / "inf", None, w=w)
+    pair = A.Pair(tmp_path / "meg", tmp_path / "inf", M.load_map("qwen3_megatron_vllm"))
+    assert pair.stage_ends == {"train": False, "infer": False}
+
+
+def test_clean_eager_vs_sdpa_pair_stubs_rounding_points_until_only_isolated_ones_remain(tmp_path):
+    """HF eager attention vs SDPA, no fault: each layer's attention output is an independent rounding point;
+    stub rounds run until every remaining difference is one of them (2 points for 2 layers), then the
+    verdict may say the sides agree up to rounding."""
+    cfg = G.Cfg(train_attn="eager")
+    w = G.weights(cfg)
+    G.dump_train(cfg, tmp_path / "train", w)
+    an = run_rounds(cfg, w, tmp_path, None, max_rounds=5)
+    assert [(p["round"], p["boundary"], p["class"]) for p in an.points] == [
+        (0, "L0.attn_core.out", "rounding-level"), (1, "L1.attn_core.out", "rounding-level")]
+    assert [r["outcome"] for r in an.rounds] == ["stub_needed", "stub_needed", "downstream_all_exact"]
+    assert an.stub_instruction["needed"] is False
+    assert an.verdict == "nonzero" and an.consistency == "rounding_only"
+
+
+STUBBED = ["L0.q_proj.out", "L0.k_proj.out", "L0.v_proj.out", "L0.q_norm.out", "L0.k_norm.out",
+           "L0.q_after_rope", "L0.k_after_rope", "L0.o_proj.out"]
+
+
+@pytest.mark.parametrize("name", STUBBED)
+def test_every_attention_boundary_has_a_stub_that_takes_effect(base, tmp_path, name):
+    """The qwen3 map's stubs up to the attention output: msprobe load on the inference side replaces the
+    consuming module's input with the training tensor, bitwise (verified on the next round's dump)."""
+    cfg, w, root = base
+    bmap = M.load_map("qwen3_hf_vllm")
+    G.dump_infer(cfg, tmp_path / "r0", "attn_scale", w=w)
+    pair = A.Pair(root / "train", tmp_path / "r0", bmap)
+    instr = A.stub_instruction(pair, [], {"boundary": name}, 0, None)
+    assert instr["available"] is True and not instr.get("warnings"), instr
+    files = A.prepare_stub_source(pair, instr, tmp_path / "src")
+    load = {"path": str(tmp_path / "src"), "modules": instr["msprobe_config"]["load"]["modules"]}
+    G.dump_infer(cfg, tmp_path / "r1", "attn_scale", load=load, w=w)
+    ver = A.verify_stub(A.Pair(root / "train", tmp_path / "r1", bmap), instr)
+    assert ver["effective"] is True, ver
+    # the load really replaces the input: a source moved one bit is what the module then receives
+    import torch
+
+    (f,) = files
+    moved = torch.load(str(f))
+    moved = (moved.view(torch.int16) + 1).view(torch.bfloat16)
+    torch.save(moved, str(f))
+    d = G.dump_infer(cfg, tmp_path / "r2", "attn_scale", load=load, w=w)
+    got = torch.load(str(d / "dump_tensor_data" / instr["modules"][0]["target_file"]))
+    assert torch.equal(got.view(torch.int16), moved.view(torch.int16))

@@ -1,0 +1,78 @@
+"""When no boundary could be compared: the fixes the dumps themselves point to.
+
+Only names are resolved (no tensor is loaded): the map's selectors against both sides as given,
+against the sides swapped, and every shipped map against the sides as given. A candidate is offered
+when it resolves more boundaries on both sides than the map used.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+from tilake.diagnosis import selectors as S
+from tilake.errors import TilakeError
+from tilake.ingest.msprobe.reader import DumpSide
+from tilake.models.boundary_maps import SIDES, expand, list_maps, load_map
+
+# exit status of ``tilake dumps analyze`` when no boundary could be compared (outputs are written)
+EXIT_NOTHING_COMPARED = 3
+
+
+def exit_status(an) -> int:
+    """Exit status of ``tilake dumps analyze`` for an :class:`~tilake.diagnosis.result.Analysis`:
+    :data:`EXIT_NOTHING_COMPARED` when no boundary could be compared, else 0 (a finding is not an error)."""
+    compared = [r for r in an.boundary_rows if r["status"] not in ("evidence_missing", "MISSING", "ISOLATED", "not_compared")]
+    return EXIT_NOTHING_COMPARED if an.boundary_rows and not compared else 0
+
+
+def resolvable(bmap: dict, dumps: Dict[str, DumpSide]) -> int:
+    """How many of the map's boundaries (layers expanded) resolve on both sides."""
+    views = {s: S.SideView(dumps[s], ((bmap.get("sides") or {}).get(s) or {}).get("strip_segments") or [])
+             for s in SIDES}
+    pat = (bmap.get("layers") or {}).get("pattern")
+    pats = pat if isinstance(pat, dict) else {s: pat for s in SIDES}
+    n_layers = max([views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES] + [1])
+    n = 0
+    for b in expand(bmap, n_layers):
+        try:
+            for s in SIDES:
+                S.resolve(views[s], b.spec.get(s), s)
+        except S.Unavailable:
+            continue
+        n += 1
+    return n
+
+
+def suggest_fixes(bmap: dict, dumps: Dict[str, DumpSide]) -> List[dict]:
+    """Fixes for a pair where nothing could be compared, best first.
+
+    Returns:
+        ``[{"fix": "unsupported_framework" | "swap_sides" | "other_map", "text": str, "resolvable": int}]``
+        (may be empty; an unsupported framework first).
+    """
+    base = resolvable(bmap, dumps)
+    out = []
+    for s in SIDES:
+        cells = sum(1 for e in dumps[s].entries if e.startswith("Cell."))
+        if cells:
+            out.append({"fix": "unsupported_framework", "resolvable": -1,
+                        "text": f"the {s} dump is MindSpore ({cells} Cell.* entries): not supported — tilake compares "
+                                "PyTorch msprobe dumps (Module.* / API entries)"})
+    swapped = resolvable(bmap, {"train": dumps["infer"], "infer": dumps["train"]})
+    if swapped > base:
+        out.append({"fix": "swap_sides", "resolvable": swapped,
+                    "text": f"--train and --infer look swapped: with the sides exchanged {swapped} boundaries of "
+                            f"the map resolve (now {base})"})
+    used = Path(bmap.get("_path", "")).stem
+    for p in list_maps():
+        if p.stem == used:
+            continue
+        try:
+            n = resolvable(load_map(str(p)), dumps)
+        except TilakeError:
+            continue
+        if n > base:
+            out.append({"fix": "other_map", "resolvable": n,
+                        "text": f"--map {p.stem}: {n} of its boundaries resolve on these dumps (module names and "
+                                f"classes match; the map used resolves {base})"})
+    return sorted(out, key=lambda x: (x["fix"] != "unsupported_framework", -x["resolvable"]))
