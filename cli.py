@@ -119,36 +119,19 @@ def main() -> None:
 
 # --- profiler: ingest / build / report / example (foundation) -------------------------------
 
+def print_run_summary(res) -> None:
+    from tilake.reports.run_console import print_run_summary as _p
+    _p(res)
+
+
+def run_summary_json(res, lake_root) -> dict:
+    from tilake.reports.run_console import run_summary_json as _j
+    return _j(res, lake_root)
+
+
 def _lake(lake_path):
     from tilake.lake.store import Lake
     return Lake(lake_path)
-
-
-def _print_summary(res, console=None) -> None:
-    """One screen: rows per grade, evidence per side, where the outputs are."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console()
-    grades = [("red", "🔴 高差异 / high"), ("orange", "🟠 中差异 / medium"), ("yellow", "🟡 低差异 / low"),
-              ("green", "🟢 无差异 / none"), ("evidence_missing", "⚪ evidence_missing")]
-    console.print(f"run {res.run_id}: comparison rows per grade", soft_wrap=True)
-    table = Table()
-    table.add_column("grade")
-    table.add_column("rows", justify="right")
-    for key, label in grades:
-        if key == "evidence_missing" and not res.grade_counts.get(key):
-            continue
-        table.add_row(label, str(res.grade_counts.get(key, 0)))
-    console.print(table)
-    for side in ("train", "infer"):
-        console.print(f"{side}: evidence = {res.evidence.get(side)}")
-    for w in res.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    console.print(f"report: {res.report_path}")
-    console.print(f"csv:    {res.csv_path}")
-    for p in res.runtime_ops:
-        console.print(f"ops:    {p}")
 
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True,
@@ -160,16 +143,6 @@ def _echo_json(obj) -> None:
     import json
 
     click.echo(json.dumps(obj, ensure_ascii=False, indent=2, default=str))
-
-
-def _profile_json(res, lake_root) -> dict:
-    """The summary of ``tilake run``/``example`` as a dict (what :func:`_print_summary` shows, and every output)."""
-    outputs = {"report": res.report_path, "csv": res.csv_path, "chart": res.chart_path,
-               "runtime_ops": list(res.runtime_ops), **res.outputs}
-    return {"run_id": res.run_id, "lake": lake_root, "status": res.status,
-            "grade_counts": {g: res.grade_counts.get(g, 0) for g in ("red", "orange", "yellow", "green",
-                                                                     "evidence_missing")},
-            "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs}
 
 
 PROFILE_OPTIONS = [
@@ -267,7 +240,7 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
                       progress=not as_json, model_id=model_id, model_family=model_family,
                       model_path=model_path, step=step, tags=tags)
-    _echo_json(_profile_json(res, lake.root)) if as_json else _print_summary(res)
+    _echo_json(run_summary_json(res, lake.root)) if as_json else print_run_summary(res)
 
 
 @main.command()
@@ -286,7 +259,7 @@ def example(out_dir, lang, lake_path, backend, as_json):
     from tilake.pipeline.example import run_example
 
     res = run_example(out_dir, lake_path, lang, backend=backend)
-    _echo_json(_profile_json(res, (lake_path or Path(out_dir) / "lake").resolve())) if as_json else _print_summary(res)
+    _echo_json(run_summary_json(res, (lake_path or Path(out_dir) / "lake").resolve())) if as_json else print_run_summary(res)
 
 
 # --- dumps (dump analysis) -------------------------------------------------------------------
