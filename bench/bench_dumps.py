@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 DTYPE_BYTES = {"torch.bfloat16": 2, "torch.float16": 2, "torch.float32": 4, "torch.float64": 8,
                "torch.int64": 8, "torch.int32": 4, "torch.bool": 1, "torch.float8_e4m3fn": 1, "torch.float8_e5m2": 1}
@@ -99,7 +99,7 @@ CHILD_GEN = r"""
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-import dumps_gen as G
+import msprobe_writer as G
 cfg = G.Cfg(**json.loads(sys.argv[3]))
 w = G.weights(cfg)
 side, out, fault = sys.argv[2], Path(sys.argv[4]), (sys.argv[5] or None)
@@ -118,7 +118,7 @@ def generate(work: Path, cfg_kw: dict, fault: str) -> None:
             continue
         shutil.rmtree(work / side, ignore_errors=True)
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", CHILD_GEN, str(ROOT / "tests"), side, json.dumps(cfg_kw),
+        subprocess.run([sys.executable, "-c", CHILD_GEN, str(ROOT / "tests" / "fixtures"), side, json.dumps(cfg_kw),
                         str(work / side), fault or ""], check=True)
         stamp.write_text(json.dumps(key))
         print(f"generated {side} side in {time.perf_counter() - t:.1f} s")
