@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from tilake.errors import TilakeError
+from tilake.files import atomic_write_text
 from tilake.diagnosis.analyze import Analysis
 from tilake.diagnosis.logprob import strict_json
 from tilake.ingest.msprobe.reader import DumpSide
@@ -35,12 +34,8 @@ def _write_json(path: Path, obj: Any) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TilakeError(f"cannot create the output folder: {exc.strerror}", path=path.parent)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(strict_json(obj), fh, ensure_ascii=False, indent=1, default=str, allow_nan=False)
-        fh.write("\n")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(strict_json(obj), ensure_ascii=False, indent=1, default=str, allow_nan=False) + "\n"
+    return atomic_write_text(path, text, mkdir=False)
 
 
 def task_card(train: DumpSide, infer: DumpSide, given: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:

@@ -11,12 +11,11 @@ import base64
 import io
 import json
 import math
-import os
-import uuid
 from pathlib import Path
 from typing import Any, Dict, List
 
 from tilake.errors import TilakeError
+from tilake.files import atomic_write_text
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -144,10 +143,7 @@ def chain_chart(chain: List[Dict[str, Any]], title: str) -> str:
 
 
 def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(path, text, mkdir=False)
 
 
 def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> Dict[str, Path]:

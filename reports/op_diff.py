@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +21,7 @@ from markupsafe import Markup
 
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
+from tilake.files import atomic_write_bytes
 from tilake.reports.escape import csv_cell, markdown_env
 
 HERE = Path(__file__).resolve().parent
@@ -169,10 +169,7 @@ def key_rows(table_rows_json: Optional[str]) -> str:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, data)
 
 
 def overview_png(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Optional[Path]:
