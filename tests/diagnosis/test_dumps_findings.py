@@ -185,7 +185,7 @@ def test_risk_and_row_curve_reach_the_reports(tmp_path):
     assert next(b for b in src["boundaries"] if b["boundary"] == "attn")["risk"] == "critical"
     paths = render_reports(src, tmp_path, charts=True)
     html, md = paths["report_html"].read_text(), paths["report_md"].read_text()
-    assert "critical" in md and "[3]" in md
+    assert "critical" in md and "\\[3\\]" in md   # Markdown-escaped "[3]" (reports/escape.py)
     assert 'class="risk-critical"' in html and "error per row" in html and "<polyline" in html
 
 
