@@ -9,7 +9,7 @@ import pytest
 from tilake.reports.op_diff import CSV_HEADER, write_report
 from tilake.reports.tables import COMPARISON_COLUMNS, GRADE_FILL
 
-from conftest import raw_device_ns
+from report_helpers import raw_device_ns
 
 
 @pytest.fixture(scope="module")
