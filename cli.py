@@ -119,16 +119,6 @@ def main() -> None:
 
 # --- profiler: ingest / build / report / example (foundation) -------------------------------
 
-def print_run_summary(res) -> None:
-    from tilake.reports.run_console import print_run_summary as _p
-    _p(res)
-
-
-def run_summary_json(res, lake_root) -> dict:
-    from tilake.reports.run_console import run_summary_json as _j
-    return _j(res, lake_root)
-
-
 def _lake(lake_path):
     from tilake.lake.store import Lake
     return Lake(lake_path)
@@ -235,6 +225,7 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
             out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
+    from tilake.reports.run_console import print_run_summary, run_summary_json
 
     lake = _lake(lake_path)
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
@@ -257,6 +248,7 @@ def example(out_dir, lang, lake_path, backend, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
     with --backend torch, make real traces of a tiny model on this machine instead."""
     from tilake.pipeline.example import run_example
+    from tilake.reports.run_console import print_run_summary, run_summary_json
 
     res = run_example(out_dir, lake_path, lang, backend=backend)
     _echo_json(run_summary_json(res, (lake_path or Path(out_dir) / "lake").resolve())) if as_json else print_run_summary(res)

@@ -142,9 +142,6 @@ def chain_chart(chain: List[Dict[str, Any]], title: str) -> str:
     return _png(fig)
 
 
-def _write(path: Path, text: str) -> Path:
-    return atomic_write_text(path, text, mkdir=False)
-
 
 def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> Dict[str, Path]:
     """Render both reports into ``out_dir``; returns ``{"report_md": path, "report_html": path}``."""
@@ -167,5 +164,5 @@ def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> D
             chain_png = chain_chart(src["amplification_chain"], "amplification chain from the first divergence (round 0)")
     html = env.get_template("alignment_report.html.j2").render(s=src, hists=hists, chain_png=chain_png,
                                                                row_curves=row_curves)
-    return {"report_md": _write(out_dir / "alignment_report.md", md),
-            "report_html": _write(out_dir / "alignment_report.html", html)}
+    return {"report_md": atomic_write_text(out_dir / "alignment_report.md", md, mkdir=False),
+            "report_html": atomic_write_text(out_dir / "alignment_report.html", html, mkdir=False)}

@@ -129,7 +129,7 @@ def write_csv(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Path:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_HEADER)
     w.writerows([[csv_cell(c) for c in row] for row in csv_rows(facts, lang)])
-    _atomic_write(path, b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
+    atomic_write_bytes(path, b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
     return path
 
 
@@ -168,9 +168,6 @@ def key_rows(table_rows_json: Optional[str]) -> str:
     return ", ".join(f"{t}={rows.get(t, 0)}" for t in KEY_TABLES)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    atomic_write_bytes(path, data)
-
 
 def overview_png(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Optional[Path]:
     """Bar chart of kernel calls per comparison row, train vs infer, bars coloured by grade."""
@@ -202,7 +199,7 @@ def overview_png(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Optiona
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    _atomic_write(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
@@ -259,7 +256,7 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     chart = overview_png(facts, out_dir / "op_diff_overview.png", lang)
     md = render_markdown(facts, lang, chart.name if chart else None)
     report = out_dir / "train_infer_op_diff_report.md"
-    _atomic_write(report, md.encode("utf-8"))
+    atomic_write_bytes(report, md.encode("utf-8"))
     csv_path = write_csv(facts, out_dir / "operator_diff_table.csv", lang)
     from tilake.reports import op_diff_html, tables  # HTML page, numeric CSV and xlsx of the same rows
     ex = tables.mart_extras(warehouse, run_id)
@@ -274,7 +271,7 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
         p = out_dir / f"{backend}_runtime_ops.json"
         if backend == "unknown" or p in jsons:
             p = out_dir / f"{side}_{backend}_runtime_ops.json"
-        _atomic_write(p, (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
+        atomic_write_bytes(p, (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
         jsons.append(p)
     counts: Dict[str, int] = {}
     for r in facts["comparison"]:
