@@ -3,6 +3,8 @@
 ``tensor_stats`` reads every tensor of every round once, one file at a time (float64 statistics
 and a raw-byte hash, :func:`tilake.diagnosis.numerics.tensor_stats`); a missing or unreadable
 ``.pt`` becomes a row with ``status`` ``missing``/``unreadable`` and the reason, never a crash.
+A slot of a statistics/md5 dump (no ``.pt``) keeps msprobe's own summary from dump.json
+(:func:`summary_row`: status ``msprobe_summary``, ``stats_source`` ``msprobe``, ``md5``).
 The write is atomic per run (:meth:`tilake.lake.store.Lake.write_run`).
 
 ``boundary_results`` rows also carry the dump verdict of their round as the analysis computed it
@@ -45,9 +47,14 @@ def _stats_rows(dump: DumpSide, side: str, round_no: int, progress) -> List[dict
         row = {"side": side, "rank": dump.rank if dump.rank is not None else 0, "round": round_no,
                "step": dump.step, "entry": s.entry, "io_kind": s.io, "idx": s.index,
                "exec_order": s.exec_order, "data_name": s.data_name, "declared_dtype": s.declared_dtype,
-               "shape": s.declared_shape}
+               "shape": s.declared_shape, "md5": (s.declared_stats or {}).get("md5")}
+        if s.declared_stats and not (s.data_name and dump.meta.get("task") != "statistics"):
+            # statistics/md5 dumps: msprobe may name a data_name it never wrote (real MindSpeed dump)
+            row.update(summary_row(s))
+            rows.append(row)
+            continue
         if not s.data_name:
-            row.update(status="no_data", reason="statistics-only slot (no .pt)")
+            row.update(status="no_data", reason="no .pt and no statistics in dump.json")
             rows.append(row)
             continue
         if s.data_name in seen:
@@ -68,10 +75,45 @@ def _stats_rows(dump: DumpSide, side: str, round_no: int, progress) -> List[dict
             row["shape"] = st["shape"]
             row["dtype_mismatch"] = bool(s.declared_dtype and s.declared_dtype != st["dtype"])
             row["status"] = "ok"
+            row["stats_source"] = "file"
             row["reason"] = (f"dump.json says {s.declared_dtype}, the file holds {st['dtype']}"
                              if row["dtype_mismatch"] else None)
         rows.append(row)
     return rows
+
+
+def summary_row(s) -> dict:
+    """``tensor_stats`` columns from msprobe's own summary of a slot without a ``.pt``.
+
+    ``min``/``max``/``mean``/``norm`` are dump.json's ``Min``/``Max``/``Mean``/``Norm`` as msprobe
+    wrote them (computed by msprobe on the device, float32 for floating tensors — not tilake's
+    float64 over the file); ``md5`` is dump.json's ``md5`` (``summary_mode: md5``), kept apart from
+    ``content_hash`` (tilake's sha256 of the raw bytes) so the two are never matched. ``numel`` is
+    the product of the declared shape; ``nbytes`` and the non-finite counts stay NULL (unknown).
+    Source of the fields: msprobe dump.json (real files in ``shared/fixtures/real_public/``).
+    """
+    st = s.declared_stats or {}
+
+    def num(k: str) -> Optional[float]:
+        v = st.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            return None
+        try:
+            return float(v)          # msprobe writes "inf"/"nan" as text for non-finite statistics
+        except ValueError:
+            return None
+    shape = s.declared_shape
+    numel = None
+    if isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        numel = 1
+        for d in shape:
+            numel *= d
+    md5 = st.get("md5")
+    have = [k for k in ("Max", "Min", "Mean", "Norm") if num(k) is not None]
+    what = ", ".join(have) + (" and md5" if md5 is not None else "") if have else ("md5" if md5 is not None else "nothing")
+    return {"min": num("Min"), "max": num("Max"), "mean": num("Mean"), "norm": num("Norm"), "numel": numel,
+            "dtype": s.declared_dtype, "md5": None if md5 is None else str(md5), "stats_source": "msprobe",
+            "status": "msprobe_summary", "reason": f"no .pt: msprobe's own {what} from dump.json"}
 
 
 def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInput], card: dict,

@@ -39,12 +39,14 @@ class Slot:
 
     Attributes:
         entry: dump.json key (``Module.model.layers.0.mlp.Qwen3MLP.forward.0`` / ``Tensor.__add__.6.forward``).
-        io: ``input`` | ``kwarg`` | ``output`` | ``parameter``.
+        io: ``input`` | ``kwarg`` | ``output`` | ``parameter`` | ``parameters_grad``.
         index: positional index or kwarg/parameter name path (``0``, ``hidden_states``,
             ``position_embeddings.0``, ``0.last_hidden_state``).
         declared_dtype / declared_shape: what dump.json says (the file is the truth).
         data_name: the ``.pt`` file name in ``dump_tensor_data`` (None for statistics dumps).
         exec_order: call order of the entry (construct.json key order; dump.json order if absent).
+        declared_stats: msprobe's own summary of the slot as dump.json gives it (``Max``, ``Min``,
+            ``Mean``, ``Norm``; ``md5`` under ``summary_mode: md5``), empty when absent.
     """
 
     entry: str
@@ -258,6 +260,10 @@ class DumpSide:
         out = []
         groups = (("input", e.get("input_args", e.get("input"))), ("kwarg", e.get("input_kwargs")),
                   ("output", e.get("output")), ("parameter", e.get("parameters")))
+        if entry.endswith(".parameters_grad"):
+            # Megatron/MindSpeed dumps: ``<Module...>.parameters_grad`` = {param name: [tensor]}
+            # (shared/fixtures/real_public/dump_lm_compare_statistics/pt/dump.json)
+            groups = (("parameters_grad", e),)
         for io, val in groups:
             if val is None:
                 continue

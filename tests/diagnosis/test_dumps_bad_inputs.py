@@ -285,7 +285,13 @@ def test_statistics_only_dump_is_evidence_missing(tmp_path):
     assert any("the map's selector needs one (qkv_part)" in r["reason"] for r in an.boundary_rows)
     assert an.verdict == "evidence_missing" and "no boundary could be compared" in an.verdict_reason
     rows = stats_rows(DumpSide(tmp_path / "infer"), "infer", 0)
-    assert {r["status"] for r in rows} == {"no_data"}
+    assert {r["status"] for r in rows} == {"msprobe_summary"}   # the statistics dump.json still holds
+    # ... and each summary row carries the writer's own Max/Norm of its slot (None stays NULL: the
+    # writer gives int token ids no Mean/Norm, as msprobe does)
+    slots = DumpSide(tmp_path / "infer").slots
+    assert [(r["max"], r["norm"]) for r in rows] == [(s.declared_stats["Max"], s.declared_stats["Norm"]) for s in slots]
+    assert rows[0]["norm"] is None and rows[0]["declared_dtype"] == "torch.int64"
+    assert rows[0]["max"] == float(G.prompt(cfg).max()) == 111.0   # the largest token id fed
 
 
 def test_bad_map_and_bad_out_folder_are_one_line_errors(mini, tmp_path):

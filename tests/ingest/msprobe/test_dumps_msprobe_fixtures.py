@@ -31,9 +31,13 @@ def test_megatron_npu_statistics_dump_8x_layout():
     assert d.parents["Tensor.__add__.0.forward"] is None
     frames = d.stack_frames()
     assert "Tensor.__add__.0.forward" in frames and frames["Tensor.__add__.0.forward"][0].startswith("File ")
-    # statistics only: no tensor files to read, said so per slot
+    # statistics only: no tensor files; each slot keeps msprobe's own statistics (dump.json values)
     rows = stats_rows(d, "train", 0)
-    assert rows and {r["status"] for r in rows} == {"no_data"}
+    assert rows and {(r["status"], r["stats_source"]) for r in rows} == {("msprobe_summary", "msprobe")}
+    add0 = [r for r in rows if r["entry"] == "Tensor.__add__.0.forward"]
+    assert [(r["io_kind"], r["idx"], r["max"], r["norm"], r["numel"]) for r in add0] == [
+        ("input", "0", 423.0, 423.0, 1), ("output", "0", 424.0, 424.0, 1)]   # int64 scalars, shape []
+    assert all(r["md5"] is None and r.get("content_hash") is None for r in rows)
 
 
 REAL = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "real_public"

@@ -25,5 +25,7 @@ select
     neginf_count,
     content_hash,
     status,
-    reason
+    reason,
+    md5,
+    stats_source
 from {{ source('msprobe', 'tensor_stats') }}
