@@ -43,7 +43,10 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
         if n in isolated:
             inp.append((n, "ISOLATED"))
         else:
-            inp.append((n, (by_name.get(n) or {}).get("status", "unknown")))
+            r = by_name.get(n) or {}
+            st_n = r.get("status", "unknown")
+            # upstream of every stub: the status the latest round that compared it gave (rounds.py)
+            inp.append((n, r.get("earlier_status") or st_n if st_n == "not_compared" else st_n))
     row["input_statuses"] = {n: s for n, s in inp}
     row["inputs_equal"] = all(s in ("EXACT", "ISOLATED") for _n, s in inp)
     if st == "EXACT" or st in NOT_COMPARED or st == "SHAPE_DIFF":

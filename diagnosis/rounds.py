@@ -24,7 +24,9 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
 
     Notes:
         1. Each round compares every boundary downstream of the points isolated so far (upstream
-           ones are recorded ``ISOLATED`` / ``not_compared``).
+           ones are recorded ``ISOLATED`` / ``not_compared``; a ``not_compared`` one keeps the status
+           the latest round that compared it gave, ``earlier_status``: it runs before every stubbed
+           module, so the stubs cannot change it, and an input EXACT there is EXACT here).
         2. Rows are classified, then the first divergence, amplification chain, independent points
            and suspects of the round are derived (:mod:`tilake.diagnosis.divergence`).
         3. Round 0 also compares the map's weights and runs the hypothesis exclusion.
@@ -42,6 +44,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
     instr: Optional[dict] = None
     stop_reason = None
     all_pts: List[dict] = []
+    earlier: Dict[str, str] = {}   # boundary → its status in the latest round that compared it
     pair0 = None
     for k, rin in enumerate(rounds):
         pair = Pair(rin.train, rin.infer, bmap, pairing)
@@ -83,6 +86,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
                 rows.append({"round": k, "boundary": b.name, "position": b.position, "layer": b.layer,
                              "op": b.op, "inputs": b.inputs, "notes": [],
                              "status": "ISOLATED" if b.name in isolated else "not_compared",
+                             "earlier_status": earlier.get(b.name),
                              "reason": "isolated by a stub in an earlier round" if b.name in isolated
                              else "compared in an earlier round (upstream of the stub)"})
         rows.sort(key=lambda r: r["position"])
@@ -97,6 +101,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
             for sc in r.get("layout_scan") or []:
                 an.layout_scans.append({"round": k, "boundary": r["boundary"], **sc})
         cmp_rows = [r for r in rows if r["status"] not in ("ISOLATED", "not_compared")]
+        earlier.update((r["boundary"], r["status"]) for r in cmp_rows)
         fd = first_divergence(cmp_rows)
         chain = amplification_chain(cmp_rows, fd.get("boundary"))
         pts, sus = find_points(cmp_rows, cfg, k, isolated)

@@ -279,6 +279,33 @@ def test_clean_eager_vs_sdpa_pair_stubs_rounding_points_until_only_isolated_ones
     assert an.verdict == "nonzero" and an.consistency == "rounding_only"
 
 
+# the HF-eager vs vLLM-style pair with the fused add+RMSNorm normalising the unrounded fp32 sum: each
+# layer's attention output is a rounding point (eager vs SDPA), and so is every fused norm (L0 and L1
+# post-attention norms, L1 input norm, final norm; L0's input norm has no residual to add)
+FUSED_POINTS = [(0, "L0.attn_core.out"), (1, "L0.post_attention_layernorm.out"), (2, "L1.input_layernorm.out"),
+                (3, "L1.attn_core.out"), (4, "L1.post_attention_layernorm.out"), (5, "final_norm.out")]
+
+
+def test_clean_pair_with_fp32_fused_add_norm_runs_stub_rounds_to_the_end(tmp_path):
+    """Stub rounds run until every remaining difference is an isolated rounding point: 6 independent points,
+    one per fused norm (4) plus one per eager attention (2); a norm whose residual input was compared in
+    an earlier round (upstream of the stub) still counts its inputs as EXACT."""
+    cfg = G.Cfg(train_attn="eager", infer_add_norm="fp32")
+    w = G.weights(cfg)
+    G.dump_train(cfg, tmp_path / "train", w)
+    an = run_rounds(cfg, w, tmp_path, None, max_rounds=8)
+    assert [(p["round"], p["boundary"]) for p in an.points] == FUSED_POINTS
+    assert {p["class"] for p in an.points} == {"rounding-level"}
+    assert [r["outcome"] for r in an.rounds] == ["stub_needed"] * 6 + ["downstream_all_exact"]
+    assert all(r["stub_verification"]["effective"] for r in an.rounds[1:])
+    # round 1: the post-attention norm's inputs are o_proj.out (EXACT now) and embed (EXACT in round 0)
+    row = next(r for r in an.boundary_rows if r["round"] == 1 and r["boundary"] == "L0.post_attention_layernorm.out")
+    assert row["input_statuses"] == {"L0.o_proj.out": "EXACT", "embed": "EXACT"} and row["role"] == "independent_point"
+    assert an.rounds[1]["counts"] == {"EXACT": 1, "NOT_EXACT": 24}
+    assert an.stub_instruction["needed"] is False
+    assert an.verdict == "nonzero" and an.consistency == "rounding_only"
+
+
 STUBBED = ["L0.q_proj.out", "L0.k_proj.out", "L0.v_proj.out", "L0.q_norm.out", "L0.k_norm.out",
            "L0.q_after_rope", "L0.k_after_rope", "L0.o_proj.out"]
 
