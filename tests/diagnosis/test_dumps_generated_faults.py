@@ -279,13 +279,6 @@ def test_clean_eager_vs_sdpa_pair_stubs_rounding_points_until_only_isolated_ones
     assert an.verdict == "nonzero" and an.consistency == "rounding_only"
 
 
-# the HF-eager vs vLLM-style pair with the fused add+RMSNorm normalising the unrounded fp32 sum: each
-# layer's attention output is a rounding point (eager vs SDPA), and so is every fused norm (L0 and L1
-# post-attention norms, L1 input norm, final norm; L0's input norm has no residual to add)
-FUSED_POINTS = [(0, "L0.attn_core.out"), (1, "L0.post_attention_layernorm.out"), (2, "L1.input_layernorm.out"),
-                (3, "L1.attn_core.out"), (4, "L1.post_attention_layernorm.out"), (5, "final_norm.out")]
-
-
 def test_clean_pair_with_fp32_fused_add_norm_runs_stub_rounds_to_the_end(tmp_path):
     """Stub rounds run until every remaining difference is an isolated rounding point: 6 independent points,
     one per fused norm (4) plus one per eager attention (2); a norm whose residual input was compared in
@@ -294,7 +287,7 @@ def test_clean_pair_with_fp32_fused_add_norm_runs_stub_rounds_to_the_end(tmp_pat
     w = G.weights(cfg)
     G.dump_train(cfg, tmp_path / "train", w)
     an = run_rounds(cfg, w, tmp_path, None, max_rounds=8)
-    assert [(p["round"], p["boundary"]) for p in an.points] == FUSED_POINTS
+    assert [(p["round"], p["boundary"]) for p in an.points] == G.EAGER_FP32_ADD_NORM_POINTS
     assert {p["class"] for p in an.points} == {"rounding-level"}
     assert [r["outcome"] for r in an.rounds] == ["stub_needed"] * 6 + ["downstream_all_exact"]
     assert all(r["stub_verification"]["effective"] for r in an.rounds[1:])
