@@ -27,13 +27,40 @@ def stub_instruction(pair: Pair, rows: List[dict], point: dict, round_no: int,
             "infer": next((r.get("infer_source") for r in rows if r["boundary"] == b.name), None)},
             "class": point.get("class")}
     if target is None:
+        why = (f"the map says: {b.stub_none}" if b.stub_none else
+               f"no module consumes {b.name} in the map's stub section (msprobe load overrides module inputs only)")
         base.update(needed=True, available=False, modules=[],
-                    reason=f"no module consumes {b.name} in the map's stub section (msprobe load overrides "
-                           "module inputs only): this point cannot be isolated; downstream stays evidence_missing")
+                    reason=f"{why}: this point cannot be isolated; downstream stays evidence_missing")
         return base
     source = "train" if target == "infer" else "infer"
-    spec = b.stub[target]
+    specs = b.stub[target] if isinstance(b.stub[target], list) else [b.stub[target]]
     tview, sview = pair.views[target], pair.views[source]
+    items = []
+    for spec in specs:
+        items.extend(_stub_items(pair, tview, sview, spec, source, base))
+    entry = ", ".join(dict.fromkeys(m["target_entry"] for m in items))
+    prev_mods = (previous or {}).get("modules_all", [])
+    done = {(p["target_entry"], p["target_input"]) for p in prev_mods}   # a module input is stubbed once
+    all_mods = prev_mods + [m for m in items if (m["target_entry"], m["target_input"]) not in done]
+    d = pair.dumps[target]
+    base.update(
+        needed=True, available=True, source_side=source, target_side=target, modules=items,
+        modules_all=all_mods,
+        dump_after_load=True,
+        msprobe_config={"task": "tensor", "level": "mix", "step": [d.step or 0],
+                        "load": {"path": "<stub source dir written by `tilake dumps stub-prepare`>",
+                                 "modules": sorted({m["target_entry"] for m in all_mods}),
+                                 "step": [], "rank": [], "dump_after_load": True}},
+        expected=(f"in round {round_no + 1} the {target} side's {entry} input(s) equal the {source} side's "
+                  f"{b.name} bitwise (stub took effect); boundaries after {b.name} are then compared: "
+                  "all EXACT → this was the only independent difference; remaining logic-level → the next "
+                  "independent point; only rounding-level → stop"))
+    return base
+
+
+def _stub_items(pair: Pair, tview, sview, spec: dict, source: str, base: dict) -> List[dict]:
+    """The module items of one stub spec ``{module, inputs: {index: source selector}}``; a source
+    that does not resolve leaves the item without files and a warning in ``base``."""
     entry = tview.module_entry(spec["module"]) or f"Module.{spec['module']}.forward.0"
     items = []
     for idx, sel in (spec.get("inputs") or {}).items():
@@ -49,22 +76,7 @@ def stub_instruction(pair: Pair, rows: List[dict], point: dict, round_no: int,
                       "combine": res.combine if res else None,
                       "transform": [str(t) for t in (sel.get("transforms") or [])],
                       "dump_after_load": True})
-    prev_mods = (previous or {}).get("modules_all", [])
-    all_mods = prev_mods + [m for m in items if m["target_entry"] not in {p["target_entry"] for p in prev_mods}]
-    d = pair.dumps[target]
-    base.update(
-        needed=True, available=True, source_side=source, target_side=target, modules=items,
-        modules_all=all_mods,
-        dump_after_load=True,
-        msprobe_config={"task": "tensor", "level": "mix", "step": [d.step or 0],
-                        "load": {"path": "<stub source dir written by `tilake dumps stub-prepare`>",
-                                 "modules": sorted({m["target_entry"] for m in all_mods}),
-                                 "step": [], "rank": [], "dump_after_load": True}},
-        expected=(f"in round {round_no + 1} the {target} side's {entry} input(s) equal the {source} side's "
-                  f"{b.name} bitwise (stub took effect); boundaries after {b.name} are then compared: "
-                  "all EXACT → this was the only independent difference; remaining logic-level → the next "
-                  "independent point; only rounding-level → stop"))
-    return base
+    return items
 
 
 def prepare_stub_source(pair: Pair, instruction: dict, out_dir: Path) -> List[Path]:
@@ -105,7 +117,9 @@ def verify_stub(pair_k: Pair, instruction: dict) -> dict:
     ok = True
     for m in instruction.get("modules_all") or instruction["modules"]:
         tv = pair_k.views[target]
-        entry = tv.module_entry(m["target_entry"].split("Module.", 1)[1].rsplit(".forward.", 1)[0])
+        # the original entry name (wrapper segments included) first; else its stripped module path
+        entry = m["target_entry"] if m["target_entry"] in pair_k.dumps[target].entries else \
+            tv.module_entry(m["target_entry"].split("Module.", 1)[1].rsplit(".forward.", 1)[0])
         slot = pair_k.dumps[target].slot(entry, "input", str(m["target_input"])) if entry else None
         if slot is None:
             checks.append({"module": m["target_entry"], "input": m["target_input"], "equal": False,

@@ -93,8 +93,9 @@ class Boundary:
     Attributes:
         name, op (embedding | norm | matmul | elementwise | attention), inputs (names of the
         boundaries whose tensors feed this one), position (0-based, the map's order),
-        spec {side: selector or None}, stub {side: stub spec}, layer (int or None),
-        reason_missing (text when a side is deliberately absent).
+        spec {side: selector or None}, stub {side: stub spec, or a list of them when the tensor
+        reaches several modules}, layer (int or None), reason_missing (text when a side is
+        deliberately absent), stub_none (the map's reason why no module can be stubbed for it).
     """
 
     name: str
@@ -105,14 +106,17 @@ class Boundary:
     stub: Dict[str, dict] = field(default_factory=dict)
     layer: Optional[int] = None
     reason_missing: Optional[str] = None
+    stub_none: Optional[str] = None
 
 
 def expand(bmap: dict, n_layers: int, key: str = "boundaries") -> List[Boundary]:
     """Expand a map's boundary (or ``weights``) list for ``n_layers`` layers, in the map's order.
 
     Per-layer items are grouped: all per-layer items of layer 0, then layer 1, …; ``{i}`` is the
-    layer, ``{p}`` the previous layer, ``{last}`` the last layer, ``{layer_input}`` the map's
-    ``layer_input`` boundary of that layer.
+    layer, ``{p}`` the previous layer, ``{n}`` the next layer, ``{last}`` the last layer,
+    ``{layer_input}`` the map's ``layer_input`` boundary of that layer. On the last layer a per-layer
+    item's ``stub_last`` (when given) replaces its ``stub``: the tensor a layer hands to the next
+    layer goes to the final norm after the last one.
     """
     li = bmap.get("layer_input") or {}
     out: List[Boundary] = []
@@ -128,8 +132,10 @@ def expand(bmap: dict, n_layers: int, key: str = "boundaries") -> List[Boundary]
             j += 1
         for layer in range(n_layers):
             for it in items[i:j]:
-                out.append(_mk(it, {"i": str(layer), "p": str(layer - 1), "last": str(n_layers - 1)},
-                               layer, li, len(out)))
+                if layer == n_layers - 1 and "stub_last" in it:
+                    it = {**it, "stub": it["stub_last"]}
+                out.append(_mk(it, {"i": str(layer), "p": str(layer - 1), "n": str(layer + 1),
+                                    "last": str(n_layers - 1)}, layer, li, len(out)))
         i = j
     return out
 
@@ -152,4 +158,4 @@ def _mk(item: dict, mapping: Dict[str, str], layer: Optional[int], li: dict, pos
         name=_subst(item["name"], mapping), op=str(item.get("op", "unknown")), inputs=inputs,
         position=pos, spec={s: _subst(item.get(s), mapping) for s in SIDES},
         stub=_subst(item.get("stub") or {}, mapping), layer=layer,
-        reason_missing=item.get("reason_missing"))
+        reason_missing=item.get("reason_missing"), stub_none=item.get("stub_none"))
