@@ -50,7 +50,7 @@ def print_summary(res: Dict[str, Any]) -> None:
     con.print(f"verdict: [bold]{escape(str(res['verdict']))}[/] " + escape(f"({res['consistency']}) — {res['reason']}"))
     con.print(f"first divergence: {res['first_divergence']}", markup=False)
     for r, b, c in res["points"]:
-        con.print(f"  point: round {r} {b} — {c}", markup=False)
+        con.print(f"  point: round {r} {b} — {c or 'class unknown (no tensor: md5/statistics only)'}", markup=False)
     for x in res.get("suggestions") or []:
         con.print(f"  try: {x}", markup=False)
     if res["stub_needed"]:

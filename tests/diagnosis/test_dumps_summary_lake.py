@@ -25,18 +25,19 @@ EMB = "Module.module.module.language_model.embedding.Embedding.forward.0"
 DENSE = "Module.module.module.language_model.encoder.layers.0.self_attention.dense.RowParallelLinear.forward.0"
 
 
-def _analyze(tmp_path: Path, train: Path, infer: Path, map_arg: str) -> Path:
+def _analyze(tmp_path: Path, train: Path, infer: Path, map_arg: str):
     lake = tmp_path / "lake"
     r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(train), "--infer", str(infer), "--map", map_arg,
                                   "--out", str(tmp_path / "out"), "--run-id", "r", "--lake", str(lake), "--build",
                                   "--no-charts"])
     assert r.exit_code in (0, 3), r.output       # 3: nothing comparable (documented), lake still written
-    return lake
+    return lake, r.output
 
 
 @pytest.mark.skipif(not LLAMA.is_dir(), reason="shared real_public fixtures absent")
 def test_md5_dump_keeps_msprobe_summary_and_md5_gates_boundary_results(tmp_path):
-    lake = _analyze(tmp_path, LLAMA / "npu", LLAMA / "bench", "llama2_megatron_legacy")
+    lake, out = _analyze(tmp_path, LLAMA / "npu", LLAMA / "bench", "llama2_megatron_legacy")
+    assert "point: round 0 L0.attn_dense.out — class unknown (no tensor: md5/statistics only)" in " ".join(out.split())
     with open_lake(lake) as con:
         # every slot of both sides is msprobe's own summary with its md5 (was: all no_data)
         assert con.sql("select side, status, stats_source, count(*), count(md5) from raw_tensor_stats "
@@ -82,7 +83,7 @@ def test_statistics_dump_keeps_msprobe_statistics_and_never_claims_exact(tmp_pat
          "train": {"module": "decoder.layers.0.input_layernorm.*", "io": "output", "index": 0},
          "infer": {"module": "decoder.layers.0.input_layernorm.*", "io": "output", "index": 0}}],
         sides={"train": {"strip_segments": ["module"]}, "infer": {"strip_segments": ["module"]}})
-    lake = _analyze(tmp_path, MINDSPEED, MINDSPEED, str(m))
+    lake, _ = _analyze(tmp_path, MINDSPEED, MINDSPEED, str(m))
     with open_lake(lake) as con:
         assert con.sql("select status, stats_source, count(*), count(md5), count(max) from raw_tensor_stats "
                        "where side = 'train' group by all").fetchall() == [("msprobe_summary", "msprobe", 357, 0, 357)]
