@@ -139,17 +139,48 @@ def diff_pattern(mism: int, n: int, rows: torch.Tensor, cols: torch.Tensor, per_
     return "scattered"
 
 
-def pearson(x: torch.Tensor, y: torch.Tensor) -> Optional[float]:
-    """Pearson correlation of two equal-size tensors in float64 (None when undefined or either is None)."""
+def pearson(x: torch.Tensor, y: torch.Tensor, chunk: int = 1 << 20) -> Optional[float]:
+    """Pearson correlation of two equal-size tensors, accumulated in float64 over finite pairs.
+
+    Streamed in ``chunk``-element pieces (one float64 copy of a chunk at a time, not of the whole
+    tensor), each shifted by the first chunk's means so the one-pass sums do not cancel.
+    Returns None when undefined (fewer than 2 finite pairs, zero variance) or either input is None.
+    """
     if x is None or y is None or x.numel() != y.numel() or x.numel() < 2:
         return None
-    a = _flat(x).to(torch.float64)
-    b = _flat(y).to(torch.float64)
-    m = torch.isfinite(a) & torch.isfinite(b)
-    a, b = a[m], b[m]
-    if a.numel() < 2:
+    a, b = _flat(x), _flat(y)
+    n = 0
+    sa = sb = saa = sbb = sab = 0.0
+    shift = None
+    for s in range(0, a.numel(), chunk):
+        ca, cb = _as_f64(a[s:s + chunk]), _as_f64(b[s:s + chunk])
+        ra, rb = float(ca.sum()), float(cb.sum())   # non-finite sums ⇔ a non-finite element (float64 sums)
+        if not (math.isfinite(ra) and math.isfinite(rb)):
+            m = torch.isfinite(ca) & torch.isfinite(cb)
+            ca, cb = ca[m], cb[m]
+            ra, rb = float(ca.sum()), float(cb.sum())
+            if not (math.isfinite(ra) and math.isfinite(rb)):
+                return None      # float64 overflow of finite values: no meaningful correlation
+        k = ca.numel()
+        if k == 0:
+            continue
+        if shift is None:
+            shift = (ra / k, rb / k)
+        ca -= shift[0]
+        cb -= shift[1]
+        n += k
+        sa += ra - k * shift[0]
+        sb += rb - k * shift[1]
+        saa += float(torch.dot(ca, ca))
+        sbb += float(torch.dot(cb, cb))
+        sab += float(torch.dot(ca, cb))
+    if n < 2:
         return None
-    a = a - a.mean()
-    b = b - b.mean()
-    den = float(a.norm() * b.norm())
-    return float((a * b).sum()) / den if den > 0 else None
+    va, vb = saa - sa * sa / n, sbb - sb * sb / n
+    den = math.sqrt(va * vb) if va > 0 and vb > 0 else 0.0
+    return (sab - sa * sb / n) / den if den > 0 else None
+
+
+def _as_f64(c: torch.Tensor) -> torch.Tensor:
+    """float64 copy of a chunk (bf16 through float32, as :func:`tilake.diagnosis.numerics._f64`)."""
+    return c.float().double() if c.dtype == torch.bfloat16 else c.to(torch.float64)

@@ -270,7 +270,7 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     for s in range(0, n, step):
         ca, cb = a[s:s + step], b[s:s + step]
         fa_, fb_ = (_arith(ca), _arith(cb)) if floaty else (None, None)
-        finite = floaty and all(math.isfinite(float(f(x))) for x in (fa_, fb_) for f in (torch.min, torch.max))
+        finite = floaty and all(math.isfinite(float(v)) for x in (fa_, fb_) for v in torch.aminmax(x))
         if finite:
             # fast path: everything from the integer keys; float64 only for the differing elements
             oa = ordered_bits(ca)
@@ -284,7 +284,7 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
             max_ulp = max(max_ulp, int(au.max()))
             sig = fa_.abs() >= thresh
             if bool(sig.any()):
-                max_ulp_sig = max(max_ulp_sig, int(torch.where(sig, au, torch.zeros_like(au)).max()))
+                max_ulp_sig = max(max_ulp_sig, int(au.mul(sig).max()))   # one pass, no zeros tensor
             del au
             # integer positions once: index_select is far cheaper than boolean-mask indexing on CPU
             at = torch.nonzero(neq).reshape(-1)
@@ -399,13 +399,14 @@ def _exact_result(a: torch.Tensor, ref: torch.Tensor, floaty: bool) -> Dict[str,
     absmax, nf = 0.0, 0
     for s in range(0, n, CHUNK):
         c = a[s:s + CHUNK]
-        if c.is_floating_point():
-            fin = torch.isfinite(c)
-            if not bool(fin.all()):
+        if c.numel() and c.dtype != torch.bool:
+            m = float(c.abs().max().to(torch.float64))   # NaN propagates: finite ⇔ every element finite
+            if c.is_floating_point() and not math.isfinite(m):
+                fin = torch.isfinite(c)
                 nf += int((~fin).sum())
                 c = c[fin]
-        if c.numel() and c.dtype != torch.bool:
-            absmax = max(absmax, float(c.abs().max().to(torch.float64)))
+                m = float(c.abs().max().to(torch.float64)) if c.numel() else 0.0
+            absmax = max(absmax, m)
     nrows = ref.shape[0] if ref.dim() >= 2 else 1
     ncols = ref.shape[-1] if ref.dim() >= 2 else max(n, 1)
     return {
