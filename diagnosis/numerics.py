@@ -24,6 +24,7 @@ import torch
 from tilake.diagnosis.localise import _flat, _Signed, _profile, cosine, diff_pattern, localise, pearson  # noqa: F401
 
 CHUNK = 1 << 20  # elements per streamed chunk (1 Mi elements: 8 MiB as float64)
+DENSE_FRACTION = 0.5  # a chunk with at least this share of differing elements is measured whole (_dense_chunk)
 
 # dtype -> (storage bits, mantissa bits, min normal exponent)
 FLOAT_FORMATS: Dict[torch.dtype, Tuple[int, int, int]] = {
@@ -286,22 +287,28 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
             if bool(sig.any()):
                 max_ulp_sig = max(max_ulp_sig, int(au.mul(sig).max()))   # one pass, no zeros tensor
             del au
-            # integer positions once: index_select is far cheaper than boolean-mask indexing on CPU
-            at = torch.nonzero(neq).reshape(-1)
-            un = u.index_select(0, at)
-            acc.add(un, oa.index_select(0, at), sig.index_select(0, at))
-            p_ = int((un > 0).sum())
-            pos += p_
-            neg += k - p_
-            hist += _hist(un)
-            del un, u, sig, oa
-            xa, xb = _f64(ca.index_select(0, at)), _f64(cb.index_select(0, at))
-            dabs = (xb - xa).abs()
-            max_abs = max(max_abs, float(dabs.max()))
-            dot_corr += float(torch.dot(xa, xb - xa))
-            sq_corr += float(torch.dot(xb, xb) - torch.dot(xa, xa))
-            _profile(row_max, col_max, at + s, dabs, per_row, ncols)
-            del xa, xb, dabs
+            if aligned and k >= DENSE_FRACTION * u.numel():
+                # most elements differ: whole-chunk arithmetic (equal elements add 0), no positions
+                max_abs, dot_corr, sq_corr, pos, neg = _dense_chunk(
+                    ca, cb, u, oa, sig & neq, k, s, per_row, ncols, row_max, col_max, acc, hist,
+                    (max_abs, dot_corr, sq_corr, pos, neg))
+            else:
+                # integer positions once: index_select is far cheaper than boolean-mask indexing on CPU
+                at = torch.nonzero(neq).reshape(-1)
+                un = u.index_select(0, at)
+                acc.add(un, oa.index_select(0, at), sig.index_select(0, at))
+                p_ = int((un > 0).sum())
+                pos += p_
+                neg += k - p_
+                hist += _hist(un)
+                del un, u, sig, oa
+                xa, xb = _f64(ca.index_select(0, at)), _f64(cb.index_select(0, at))
+                dabs = (xb - xa).abs()
+                max_abs = max(max_abs, float(dabs.max()))
+                dot_corr += float(torch.dot(xa, xb - xa))
+                sq_corr += float(torch.dot(xb, xb) - torch.dot(xa, xa))
+                _profile(row_max, col_max, at + s, dabs, per_row, ncols)
+                del xa, xb, dabs
         else:
             if ca.is_complex() or cb.is_complex():
                 da, db = torch.view_as_real(ca).to(torch.float64), torch.view_as_real(cb).to(torch.float64)
@@ -380,6 +387,31 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
         "pattern": diff_pattern(mism, n, rows, cols, per_row, nrows),
         "nonfinite_both": both_nf, "nonfinite_one_sided": one_sided_nf,
     }
+
+
+def _dense_chunk(ca, cb, u, oa, sig_neq, k, s, per_row, ncols, row_max, col_max, acc, hist, figs):
+    """The differing-element figures of :func:`compare` for a row-aligned chunk where at least
+    :data:`DENSE_FRACTION` of the elements differ, over the whole chunk instead of gathered positions:
+    equal elements have ``u = 0`` and ``|Δ| = 0``, so they add nothing to the sums and maxima.
+    ``figs`` = (max_abs, dot_corr, sq_corr, pos, neg) so far; returns them updated."""
+    max_abs, dot_corr, sq_corr, pos, neg = figs
+    acc.add(u, oa, sig_neq)
+    p_ = int((u > 0).sum())
+    h = _hist(u)
+    h[4] -= u.numel() - k            # the equal elements are counted once, at the end of compare
+    hist += h
+    xa, xb = _f64(ca), _f64(cb)
+    d = xb - xa
+    dabs = d.abs()
+    max_abs = max(max_abs, float(dabs.max()))
+    dot_corr += float(torch.dot(xa, d))
+    sq_corr += float(torch.dot(d, xb + xa))     # Σ(xb² − xa²) without cancellation
+    r0 = s // per_row
+    rm = dabs.reshape(-1, per_row).amax(1)
+    row_max[r0:r0 + rm.numel()] = torch.maximum(row_max[r0:r0 + rm.numel()], rm)
+    if col_max.numel() > 1:
+        col_max.copy_(torch.maximum(col_max, dabs.reshape(-1, ncols).amax(0)))
+    return max_abs, dot_corr, sq_corr, pos + p_, neg + k - p_
 
 
 def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -158,3 +158,36 @@ def test_megatron_map_regroups_and_records_the_scan(tmp_path):
     assert scan["scores"]["concat"] < 0.9
     assert "with Transformer Engine" in r["L0.input_layernorm.out"]["reason"]
     assert r["L0.input_layernorm.out"]["status"] == "evidence_missing"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_dense_chunk_path_gives_the_gathered_path_figures(monkeypatch, dtype):
+    """A chunk where most elements differ is measured whole (numerics._dense_chunk); every figure must be
+    the one the gathered-positions path gives (forced by DENSE_FRACTION > 1), and the hand-made values hold:
+    70 % of the elements moved 1..3 ULP, rows 5 and 9 moved ~50 ULP (logic-level rows)."""
+    from tilake.diagnosis import numerics as Nm
+
+    g = torch.Generator().manual_seed(7)
+    ref = torch.randn(64, 96, generator=g).to(dtype)
+    bits = {2: torch.int16, 4: torch.int32}[ref.element_size()]
+    step = torch.randint(1, 4, ref.shape, generator=g) * (torch.rand(ref.shape, generator=g) < 0.7)
+    step[5] = 50
+    step[9, :48] = -50
+    other = (ref.view(bits) + step.to(bits)).view(dtype)
+    calls = []
+    real = Nm._dense_chunk
+    monkeypatch.setattr(Nm, "_dense_chunk", lambda *a: calls.append(1) or real(*a))
+    dense = compare(ref, other)
+    monkeypatch.setattr(Nm, "DENSE_FRACTION", 2.0)
+    gathered = compare(ref, other)
+    assert calls == [1]          # the first compare took the whole-chunk path, the second did not
+    assert dense["mismatch_count"] == int((step != 0).sum()) and dense["mismatch_fraction"] > 0.5
+    for k, v in gathered.items():
+        if k == "cosine":
+            assert dense[k] == pytest.approx(v, rel=1e-12, abs=1e-15)
+        else:
+            assert dense[k] == v, k
+    assert dense["logic_rows"] == [5, 9] and dense["max_elem_ulp"] == 50
+    d64 = other.double() - ref.double()
+    assert dense["max_abs_diff"] == float(d64.abs().max())
+    assert dense["pos_count"] + dense["neg_count"] == dense["mismatch_count"]
