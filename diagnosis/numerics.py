@@ -39,6 +39,7 @@ for _name, _fmt in (("float8_e4m3fn", (8, 3, -6)), ("float8_e5m2", (8, 2, -14)),
         FLOAT_FORMATS[getattr(torch, _name)] = _fmt
 
 _INT_VIEW = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
+_SIGNED_VIEW = {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
 # fold of clamp(u, -17, 17) + 17 (35 values) into the ULP_BINS (clamp + bincount is far cheaper than bucketize)
 _FOLD = torch.tensor([0] + [1] * 12 + [2] * 3 + [3, 4, 5] + [6] * 3 + [7] * 12 + [8], dtype=torch.int64)
 
@@ -117,19 +118,11 @@ def ordered_bits(x: torch.Tensor) -> torch.Tensor:
         finite values is the key difference (±0 both map to 0).
     """
     bits, _m, _e = FLOAT_FORMATS[x.dtype]
-    raw = x.view(_INT_VIEW[bits]).to(torch.int32 if bits <= 16 else torch.int64)
-    if bits == 8:
-        raw = raw & 0xFF
-        sign = raw >> 7
-        mag = raw & 0x7F
-    elif bits == 64:
-        sign = (raw < 0).to(torch.int64)
-        mag = raw & 0x7FFFFFFFFFFFFFFF
-    else:
-        raw = raw & ((1 << bits) - 1)
-        sign = raw >> (bits - 1)
-        mag = raw & ((1 << (bits - 1)) - 1)
-    return torch.where(sign.bool(), -mag, mag)
+    # sign-extended raw bits v: v >= 0 is the magnitude itself; a negative v holds -2^(bits-1) + mag, and
+    # (v XOR (2^(bits-1) - 1)) - (-1) = -mag. s = v >> top is 0 or -1: branch-free, in place, no where()
+    v = x.view(_SIGNED_VIEW[bits]).to(torch.int32 if bits <= 16 else torch.int64, copy=True)
+    s = v >> (31 if bits <= 16 else 63)
+    return v.bitwise_xor_(s & ((1 << (bits - 1)) - 1)).sub_(s)
 
 
 def tensor_stats(t: torch.Tensor) -> Dict[str, Any]:
