@@ -23,7 +23,7 @@ import torch
 
 from tilake.diagnosis.localise import _flat, _Signed, _profile, cosine, diff_pattern, localise, pearson  # noqa: F401
 
-CHUNK = 1 << 20  # elements per streamed chunk (1 Mi elements: 8 MiB as float64)
+CHUNK = 1 << 17  # elements per streamed chunk (128 Ki: 1 MiB as float64; cache-resident, measured faster than 1 Mi)
 DENSE_FRACTION = 0.5  # a chunk with at least this share of differing elements is measured whole (_dense_chunk)
 
 # dtype -> (storage bits, mantissa bits, min normal exponent)
