@@ -70,7 +70,8 @@ def test_level0_names_derive_the_level1_op_types(shared_dir):
 
     def names(level):
         db = root / level / "rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        # immutable=1: no -wal/-shm side files beside the read-only input (the level-1 DB is in WAL mode)
+        con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
         try:
             return dict(con.execute(
                 "SELECT DISTINCT s.value, t.value FROM COMPUTE_TASK_INFO c JOIN STRING_IDS s ON s.id = c.name "
