@@ -67,7 +67,7 @@ def test_aclnn_api_family_before_bare_op_type(runs):
         "aclnnEmbeddingDenseBackward_CastAiCore_Cast": "backward",
         "aclnnEmbeddingDenseBackward_EmbeddingDenseGradV2_MemSet": "backward",
         "aclnnEmbeddingDenseBackward_EmbeddingDenseGradV2_EmbeddingDenseGradV2": "backward",
-        "aclnnEmbedding_GatherV2AiCore_GatherV2": "embedding",
+        "aclnnEmbedding_GatherV2AiCore_GatherV2": "layout",   # GatherV2 row: embedding lookup / index
     }
     # op-type grain: facts of the most-called kernel name, so 48 NonZero MemSets keep MemSet in layout
     assert mart(lake.root, "select op_type, category, calls from fct_side_ops where run_id = 'real' "
