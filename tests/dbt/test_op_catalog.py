@@ -100,3 +100,17 @@ def test_catalog_warning_counts_only_the_reported_run(runs):
     for rid in ("mod_a", "mod_b"):
         assert [w for w in res[rid].warnings if "op_catalog" in w] == [want]
     assert [w for w in res["real"].warnings if "op_catalog" in w] == []
+
+
+def test_level0_op_types_are_labelled_derived_from_kernel_name(shared_dir, tmp_path):
+    """Real level-0 DBs of the msinsight CNN job (2 ranks; every opType is N/A)."""
+    src = shared_dir / "fixtures/profiler/msinsight/test/data/pytorch/db/level0"
+    lake = Lake(tmp_path / "lake")
+    res = run_profile(None, lake, "l0", tmp_path / "out", {}, "en", train=[src], allow_missing=True, progress=False)
+    assert mart(lake.root, "select calls, op_types, derived_op_types, uncategorized_op_types "
+                           "from fct_side_categorisation where run_id = 'l0'") == [(382, 34, 34, 0)]
+    md = res.report_path.read_text(encoding="utf-8")
+    assert "34 op types; † derived from kernel name (level-0 capture records no op type)." in md
+    # 27 trans_TransData_<n> names carry most TransData calls: the op type stays in layout although its
+    # most-called single name is aclnnMaxPool2dWithMaskBackward_TransDataSpecial_TransData (backward API)
+    assert "| 1 | TransData<sup>†</sup> | 114 | 29.8% | layout | cast_layout |" in md
