@@ -55,7 +55,7 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
     try:
         facts = {name: run_query(con, f"op_diff_{name}", run_id)
                  for name in ("run", "captures", "side_ops", "comparison", "call_stacks", "kernel_names",
-                              "uncategorized", "fused_matches")}
+                              "uncategorized", "fused_matches", "categorisation")}
     except Exception as exc:
         raise TilakeError(f"cannot read the marts ({str(exc).splitlines()[0]}); run `tilake build`",
                           path=warehouse) from exc

@@ -4,6 +4,12 @@ Level-0 captures store ``N/A`` for every op type (reference doc §0.2); the op t
 from the kernel name following the conventions of reference doc §5.1:
 
 * ``aclnn<Api>_<Impl>_<OpType>[_suffix]`` → ``<OpType>`` (``aclnnMm_MatMulCommon_MatMulV2`` → MatMulV2)
+* ... except when ``<Impl>`` is ``<Stem>V<n>Common`` (a versioned op type) and ``<OpType>`` is another
+  version of the same stem: then ``<Stem>V<n>``. Real row of msprof-analyze's UT data
+  (mstt ``compute_advice/data/kernel_details.csv``): ``aclnnMatmul_MatMulV3Common_MatMulV5`` has
+  Type ``MatMulV3``; ``aclnnMm_MatMulCommon_MemSet`` stays MemSet (other stem), and
+  ``aclnnMm_MatMulCommon_MatMulV2`` stays MatMulV2 (``MatMulCommon`` names no version), as the
+  level-1 DB of the same msinsight job records them.
 * ``trans_<OpType>_<n>`` → ``<OpType>`` (``trans_TransData_17`` → TransData)
 * ``hcom_<coll>__<id>_<n>[_<m>]`` → ``hcom_<coll>_`` (``hcom_allReduce__865_0_1`` → hcom_allReduce_)
 * GE names ``<OpType><n>_<Suffix>`` → ``<Suffix>`` (``Conv2DBackpropFilter6_MemSet`` → MemSet)
@@ -20,11 +26,21 @@ def derived_op_type(name: str) -> str:
         f" WHEN regexp_matches({name}, '^hcom_[A-Za-z]+_') THEN regexp_extract({name}, '^(hcom_[A-Za-z]+_)', 1)"
         f" WHEN regexp_matches({name}, '^trans_[A-Za-z0-9]+_[0-9]+$') THEN regexp_extract({name}, '^trans_([A-Za-z0-9]+)_', 1)"
         f" WHEN regexp_matches({name}, '^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_[A-Za-z0-9]+')"
-        f"   THEN regexp_extract({name}, '^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_([A-Za-z0-9]+)', 1)"
+        f"   THEN {_aclnn_op_type(name)}"
         f" WHEN regexp_matches({name}, '^[A-Z][A-Za-z0-9]*[0-9]+_[A-Za-z][A-Za-z0-9]*$') THEN regexp_extract({name}, '_([A-Za-z0-9]+)$', 1)"
         f" WHEN regexp_matches({name}, '^[A-Z][A-Za-z0-9]*[A-Za-z][0-9]+$') THEN regexp_replace({name}, '[0-9]+$', '')"
         f" ELSE {name} END"
     )
+
+
+def _aclnn_op_type(name: str) -> str:
+    """Op type of an ``aclnn<Api>_<Impl>_<OpType>`` name: the ``<Stem>V<n>Common`` impl family when the
+    last segment is another version of that stem, else the last segment (see the module docstring)."""
+    last = f"regexp_extract({name}, '^aclnn[A-Za-z0-9]+_[A-Za-z0-9]+_([A-Za-z0-9]+)', 1)"
+    common = "'^aclnn[A-Za-z0-9]+_(([A-Za-z0-9]+)V[0-9]+)Common_'"
+    return (f"CASE WHEN regexp_matches({name}, {common})"
+            f" AND starts_with({last}, regexp_extract({name}, {common}, 2))"
+            f" THEN regexp_extract({name}, {common}, 1) ELSE {last} END")
 
 
 def op_type_or_derived(op_type: str, name: str) -> str:

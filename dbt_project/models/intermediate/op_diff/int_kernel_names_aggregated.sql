@@ -11,7 +11,9 @@ select
     sum(coalesce(k.dur_ns, 0)) as total_dur_ns,
     count(distinct k.rank) as ranks,
     bool_or(k.op_type_derived) as op_type_derived,
-    string_agg(distinct k.source_kind, ',' order by k.source_kind) as source_kinds
+    string_agg(distinct k.source_kind, ',' order by k.source_kind) as source_kinds,
+    -- task type (AI_CORE, AI_VECTOR_CORE, MIX_AIV, AI_CPU, COMMUNICATION, GPU, CPU): the catalog fallback
+    min(k.accelerator) as accelerator
 from {{ tilake_staged('kernels', due) }} k
 join todo on todo.run_id = k.run_id
 group by k.run_id, k.side, k.op_type, k.kernel_name

@@ -1,8 +1,19 @@
 -- grain: one row per distinct (op_type, kernel_name) seen in the lake, with its best catalog match.
 -- Matching happens on distinct names (small), never per kernel row. Catalog = op_catalog (Ascend)
 -- plus op_catalog_torch (CUDA kernel names, aten ops of torch-profiler traces).
+-- Order of evidence: the aclnn API family of the kernel name (aclnn<Api>_<Impl>_<OpType>: the
+-- `aclnn_api` rows, e.g. every kernel of aclnnEmbeddingDenseBackward is backward) before the bare op
+-- type at equal priority; then, only for names no catalog row matches, op_catalog_fallback by kernel-name
+-- family and task type (AI_VECTOR_CORE → elementwise, ...), labelled category_source = 'fallback'.
 with names as (
-    select distinct op_type, kernel_name from {{ ref('int_kernel_names_aggregated') }}
+    select op_type, kernel_name, min(accelerator) as accelerator
+    from {{ ref('int_kernel_names_aggregated') }}
+    group by op_type, kernel_name
+),
+catalog as (
+    select * from {{ ref('op_catalog') }}
+    union all by name
+    select * from {{ ref('op_catalog_torch') }}
 ),
 matched as (
     select
@@ -10,30 +21,51 @@ matched as (
         row_number() over (
             partition by n.op_type, n.kernel_name
             order by c.priority,
-                     case c.pattern_kind when 'op_type' then 0 when 'name_regex' then 1 else 2 end,
+                     case c.pattern_kind
+                         when 'aclnn_api' then 0 when 'op_type' then 1 when 'name_regex' then 2 else 3
+                     end,
                      c.pattern
         ) as rn
     from names n
-    join (select * from {{ ref('op_catalog') }}
-          union all by name select * from {{ ref('op_catalog_torch') }}) c
+    join catalog c
       on (c.pattern_kind = 'op_type' and n.op_type = c.pattern)
       or (c.pattern_kind = 'op_regex' and regexp_matches(coalesce(n.op_type, ''), c.pattern))
       or (c.pattern_kind = 'name_regex' and regexp_matches(coalesce(n.kernel_name, ''), c.pattern))
+      or (c.pattern_kind = 'aclnn_api' and regexp_matches(
+              regexp_extract(coalesce(n.kernel_name, ''), '^aclnn([A-Za-z0-9]+)_[A-Za-z0-9]+_', 1), c.pattern))
+),
+fallback as (
+    select
+        n.op_type, n.kernel_name, f.*,
+        row_number() over (
+            partition by n.op_type, n.kernel_name
+            order by f.priority, case f.pattern_kind when 'name_regex' then 0 else 1 end, f.pattern
+        ) as rn
+    from names n
+    join {{ ref('op_catalog_fallback') }} f
+      on (f.pattern_kind = 'name_regex' and regexp_matches(coalesce(n.kernel_name, ''), f.pattern))
+      or (f.pattern_kind = 'accelerator' and upper(coalesce(n.accelerator, '')) = f.pattern)
 )
 select
     n.op_type,
     n.kernel_name,
-    coalesce(m.category, 'uncategorized') as category,
-    coalesce(m.module, 'uncategorized') as module,
+    coalesce(m.category, fb.category, 'uncategorized') as category,
+    coalesce(m.module, fb.module, 'uncategorized') as module,
     coalesce(m.fused, false) as fused,
     m.fusion_scope,
     m.replaces,
     coalesce(m.base_op, n.op_type) as base_op,
-    coalesce(m.backend, 'unknown') as backend,
+    coalesce(m.backend, fb.backend, 'unknown') as backend,
     m.equiv_class,
     coalesce(m.direction, 'fwd') as direction,
-    m.pattern_kind || ':' || m.pattern as matched_pattern,
-    m.source_note
+    coalesce(m.pattern_kind || ':' || m.pattern, 'fallback:' || fb.pattern_kind || ':' || fb.pattern)
+        as matched_pattern,
+    case when m.pattern is not null then 'catalog' when fb.pattern is not null then 'fallback' else 'none' end
+        as category_source,
+    n.accelerator,
+    coalesce(m.source_note, fb.source_note) as source_note
 from names n
 left join matched m
   on m.rn = 1 and m.op_type is not distinct from n.op_type and m.kernel_name is not distinct from n.kernel_name
+left join fallback fb
+  on fb.rn = 1 and fb.op_type is not distinct from n.op_type and fb.kernel_name is not distinct from n.kernel_name

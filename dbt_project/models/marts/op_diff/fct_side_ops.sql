@@ -8,7 +8,8 @@ select
     row_number() over (
         partition by o.run_id, o.side order by o.calls desc, o.total_dur_ns desc, o.op_type
     ) as rank_in_side,
-    o.calls * 1.0 / sum(o.calls) over (partition by o.run_id, o.side) as call_share
+    o.calls * 1.0 / sum(o.calls) over (partition by o.run_id, o.side) as call_share,
+    o.category_source
 from {{ ref('int_side_ops_fused_joined') }} o
 join todo using (run_id)
 where {{ tilake_run_filter('o.run_id', due) }}
