@@ -36,7 +36,7 @@ from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, 
 from tilake.ingest.profiler.discover import Capture
 from tilake.ingest.profiler.metadata import empty_reason, parallel_groups, parallel_layout, read_metadata
 from tilake.ingest.profiler.steps import (StepCounts, StepMarks, assign_steps, common_steps, db_step_marks,
-                                          restrict, text_step_marks)
+                                          restrict, stage_launch_times, text_step_marks)
 from tilake.ingest.profiler.text import load_text
 from tilake.ingest.torch.load import ingest_trace
 
@@ -115,8 +115,11 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> Captu
         if not row.get("profiler_level") and pr.rows.get("COMPUTE_TASK_INFO"):
             row["profiler_level"] = profiler_level_from_db(db)
         # device evidence = compute kernels (COMPUTE_TASK_INFO ⋈ TASK); HCCL ops alone do not count
+        before = _kernel_files(w, part)
         res = load_db(db, pr, w, part, row["capture_id"])
         marks = db_step_marks(db)
+        if marks.ranges:  # launch times for the step assignment, while the (copied) DB is still here
+            stage_launch_times(w.con, db, sorted(_kernel_files(w, part) - before))
         if res.compute_kernels:
             return CaptureResult(cap, "ok", "", res.kernels, res.host_ops, "db", marks=marks)
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
@@ -282,6 +285,7 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                 if "parallel_config" not in meta and parallel_layout(md):
                     meta["parallel_config"] = parallel_layout(md)
                 before = _kernel_files(w, part)
+                w.con.execute("DROP TABLE IF EXISTS _launch")
                 res = _ingest_one(cap, w, part, row)
                 res.files = sorted(_kernel_files(w, part) - before)
                 if res.source_kind == "text" and not res.marks.ranges:

@@ -12,9 +12,9 @@ Where steps live (``reference/ascend-profiler-format.md`` §2.2, §2.4; checked 
   range is the span of its kernels; else ``step_trace_time.csv`` ``Step`` (steps without times: when it
   lists exactly one step every kernel belongs to it).
 
-A kernel belongs to the step whose host range holds its launch: the start of its host op when linked,
-else its device start (msprof-analyze assigns device work by ``CANN_API.startNs BETWEEN STEP_TIME.startNs
-AND endNs``, ``cluster_time_summary_export.py``). Kernels outside every range get ``step`` NULL; those after
+A kernel belongs to the step whose host range holds its launch: the start of its launching ``CANN_API``
+record (``TASK.connectionId = CANN_API.connectionId``) when linked, else its device start — the rule of
+msprof-analyze (``CANN_API.startNs BETWEEN STEP_TIME.startNs AND endNs``, ``cluster_time_summary_export.py``). Kernels outside every range get ``step`` NULL; those after
 the last step ended are the capture's *open tail* (a rank that kept launching without advancing the step).
 """
 from __future__ import annotations
@@ -128,12 +128,32 @@ def text_step_marks(text_dir: Path) -> StepMarks:
     return StepMarks()
 
 
+def stage_launch_times(con, db: Path, kernel_files: Sequence[Path]) -> bool:
+    """Temp table ``_launch(conn, t)``: the ``CANN_API.startNs`` of every connection id the staged kernel
+    ``files`` carry (DuckDB ``sqlite_scan``; the SQLite extension is loaded by the DB path). Returns False
+    (and drops the table) when the DB has no readable ``CANN_API``."""
+    con.execute("DROP TABLE IF EXISTS _launch")
+    if not kernel_files:
+        return False
+    files = "[" + ", ".join(sql_str(f) for f in kernel_files) + "]"
+    try:
+        con.execute(f"""CREATE TEMP TABLE _launch AS
+            SELECT connectionId AS conn, min(TRY_CAST(startNs AS BIGINT)) AS t
+            FROM sqlite_scan({sql_str(db)}, 'CANN_API')
+            WHERE connectionId IN (SELECT connection_id FROM read_parquet({files}) WHERE connection_id IS NOT NULL)
+            GROUP BY connectionId""")
+    except Exception:  # no CANN_API table / unreadable: device start times stand in for launches
+        con.execute("DROP TABLE IF EXISTS _launch")
+        return False
+    return True
+
+
 def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
     """Rewrite the staged kernel Parquet ``files`` of one capture with their ``step`` filled in.
 
-    Launch time = the start of the kernel's host op (temp table ``hops`` of the DB path, when present and
-    linked) else the kernel's device start; the step is the range holding it (ASOF join on the start,
-    then ``<= end``). Marks without times (one ``step_trace_time.csv`` step) put every kernel in that step.
+    Launch time = the kernel's ``CANN_API`` start (temp table ``_launch`` of :func:`stage_launch_times`,
+    when present and linked) else its device start; the step is the range holding it (ASOF join on the
+    start, then ``<= end``). Marks without times (one ``step_trace_time.csv`` step) put every kernel in that step.
     Returns the counts per step, outside every step and in the open tail (``call_count`` summed).
     """
     out = StepCounts()
@@ -146,8 +166,8 @@ def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
     rows = ", ".join(f"({int(s)}, {int(a)}, {int(b)})" for s, a, b in timed) or "(NULL, NULL, NULL)"
     con.execute(f"CREATE OR REPLACE TEMP TABLE _step_ranges AS SELECT * FROM (VALUES {rows}) v(step, s, e) "
                 "WHERE step IS NOT NULL")
-    has_hops = bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'hops' "
-                                "AND temporary").fetchone()[0])
+    has_launch = bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_launch' "
+                                  "AND temporary").fetchone()[0])
     last_end = max((b for _s, _a, b in timed), default=None)
     for f in files:
         tmp = f.with_name(f.name + ".steps")
@@ -155,8 +175,8 @@ def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
             step_sql = f"SELECT k.* REPLACE (CAST({marks.steps[0]} AS INTEGER) AS step), NULL::BIGINT AS _t " \
                        f"FROM read_parquet({sql_str(f)}) k"
         else:
-            launch = "coalesce(h.start_ns, k.start_ns)" if has_hops else "k.start_ns"
-            hop_join = "LEFT JOIN hops h ON h.host_op_id = k.host_op_id" if has_hops else ""
+            launch = "coalesce(h.t, k.start_ns)" if has_launch else "k.start_ns"
+            hop_join = "LEFT JOIN _launch h ON h.conn = k.connection_id" if has_launch else ""
             step_sql = f"""
                 WITH kk AS (SELECT k.*, {launch} AS _t FROM read_parquet({sql_str(f)}) k {hop_join})
                 SELECT kk.* EXCLUDE (_t) REPLACE (CASE WHEN kk._t <= r.e THEN CAST(r.step AS INTEGER) END AS step),
