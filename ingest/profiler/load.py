@@ -214,9 +214,15 @@ def _restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int
         else:
             keep = common_steps([list(r.step_counts.per_step) for r in marked])
         ranks = ", ".join(str(r.capture.rank) for r in marked)
-        lines.append(f"{side}: steps counted {keep} "
-                     + (f"(selected; ranks {ranks})" if profiler_step is not None
-                        else f"(covered by every rank with step markers: {ranks})"))
+        if not keep:  # disjoint steps: restricting would drop everything; count all and say so
+            lines.append(f"{side}: no step is covered by every rank (" + "; ".join(
+                f"rank {r.capture.rank}: {sorted(r.step_counts.per_step)}" for r in marked)
+                + "): all steps counted; --profiler-step N counts one step")
+            continue
+        if len(marked) > 1 or profiler_step is not None:  # one rank alone: nothing restricted, nothing to say
+            lines.append(f"{side}: steps counted {keep} "
+                         + (f"(selected; ranks {ranks})" if profiler_step is not None
+                            else f"(covered by every rank with step markers: {ranks})"))
         for r in marked:
             r.steps_kept = keep
             drop = sorted(set(r.step_counts.per_step) - set(keep))

@@ -132,3 +132,15 @@ def test_profiler_step_selects_one_step_and_refuses_a_missing_one(split, tmp_pat
 def test_common_steps():
     assert common_steps([[1, 2, 3], [2, 3], []]) == [2, 3]
     assert common_steps([[1], [2]]) == [] and common_steps([]) == []
+
+
+def test_disjoint_steps_are_all_counted_and_said(shared_dir, tmp_path):
+    (_l0, (_, s0, e0)), (_l1, (_, s1, e1)) = _launches(_src(shared_dir, 0)), _launches(_src(shared_dir, 1))
+    root = tmp_path / "cap"
+    _copy(shared_dir, root, 0, [(50, s0, e0)])
+    _copy(shared_dir, root, 1, [(51, s1, e1)])
+    lake = Lake(tmp_path / "lake")
+    res = ingest_profile(lake, "d", explicit(root, "train"), allow_missing=True, progress=False)
+    assert dict(raw(lake.root, "kernels", "true").aggregate("rank, count(*)").fetchall()) == {0: 191, 1: 191}
+    assert res.notes == ["train: no step is covered by every rank (rank 0: [50]; rank 1: [51]): all steps "
+                         "counted; --profiler-step N counts one step"]
