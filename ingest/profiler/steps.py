@@ -148,13 +148,20 @@ def stage_launch_times(con, db: Path, kernel_files: Sequence[Path]) -> bool:
     return True
 
 
+def _step_case(timed: List[Tuple[int, int, int]], t: str) -> str:
+    """``CASE WHEN t BETWEEN s AND e THEN step … END``: a projection, streamed (no sort, no join)."""
+    whens = " ".join(f"WHEN {t} BETWEEN {int(a)} AND {int(b)} THEN {int(s)}" for s, a, b in sorted(timed, key=lambda r: r[1]))
+    return f"CAST(CASE {whens} END AS INTEGER)"
+
+
 def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
     """Rewrite the staged kernel Parquet ``files`` of one capture with their ``step`` filled in.
 
     Launch time = the kernel's ``CANN_API`` start (temp table ``_launch`` of :func:`stage_launch_times`,
-    when present and linked) else its device start; the step is the range holding it (ASOF join on the
-    start, then ``<= end``). Marks without times (one ``step_trace_time.csv`` step) put every kernel in that step.
-    Returns the counts per step, outside every step and in the open tail (``call_count`` summed).
+    when present and linked) else its device start; the step is the range holding it (a CASE over the
+    ranges, streamed file to file). Marks without times (one ``step_trace_time.csv`` step) put every kernel
+    in that step. Returns the counts per step, outside every step and in the open tail (``call_count``
+    summed).
     """
     out = StepCounts()
     files = [Path(f) for f in files]
@@ -163,38 +170,28 @@ def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
     timed = [(s, a, b) for s, a, b in marks.ranges if a is not None and b is not None]
     if not timed and len(marks.steps) != 1:
         return out
-    rows = ", ".join(f"({int(s)}, {int(a)}, {int(b)})" for s, a, b in timed) or "(NULL, NULL, NULL)"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _step_ranges AS SELECT * FROM (VALUES {rows}) v(step, s, e) "
-                "WHERE step IS NOT NULL")
     has_launch = bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_launch' "
                                   "AND temporary").fetchone()[0])
     last_end = max((b for _s, _a, b in timed), default=None)
+    launch = "coalesce(h.t, k.start_ns)" if has_launch else "k.start_ns"
+    join = "LEFT JOIN _launch h ON h.conn = k.connection_id" if has_launch else ""
+    step = _step_case(timed, launch) if timed else f"CAST({marks.steps[0]} AS INTEGER)"
+    tail = f"{launch} > {int(last_end)}" if last_end is not None else "false"
     for f in files:
         tmp = f.with_name(f.name + ".steps")
-        if not timed:
-            step_sql = f"SELECT k.* REPLACE (CAST({marks.steps[0]} AS INTEGER) AS step), NULL::BIGINT AS _t " \
-                       f"FROM read_parquet({sql_str(f)}) k"
-        else:
-            launch = "coalesce(h.t, k.start_ns)" if has_launch else "k.start_ns"
-            hop_join = "LEFT JOIN _launch h ON h.conn = k.connection_id" if has_launch else ""
-            step_sql = f"""
-                WITH kk AS (SELECT k.*, {launch} AS _t FROM read_parquet({sql_str(f)}) k {hop_join})
-                SELECT kk.* EXCLUDE (_t) REPLACE (CASE WHEN kk._t <= r.e THEN CAST(r.step AS INTEGER) END AS step),
-                       kk._t
-                FROM kk ASOF LEFT JOIN _step_ranges r ON kk._t >= r.s"""
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _stepped AS {step_sql}")
-        for step, n in con.execute("SELECT step, sum(coalesce(call_count, 1)) FROM _stepped "
-                                   "WHERE step IS NOT NULL GROUP BY step").fetchall():
-            out.per_step[int(step)] = out.per_step.get(int(step), 0) + int(n)
-        tail = f"_t > {int(last_end)}" if last_end is not None else "false"
-        o, t = con.execute(f"SELECT sum(coalesce(call_count, 1)) FILTER (WHERE step IS NULL), "
-                           f"sum(coalesce(call_count, 1)) FILTER (WHERE step IS NULL AND {tail}) "
-                           "FROM _stepped").fetchone()
-        out.outside += int(o or 0)
-        out.tail += int(t or 0)
-        con.execute(f"COPY (SELECT * EXCLUDE (_t) FROM _stepped) TO {sql_str(tmp)} (FORMAT parquet, COMPRESSION zstd)")
+        con.execute(f"COPY (SELECT k.* REPLACE ({step} AS step) FROM read_parquet({sql_str(f)}) k {join}) "
+                    f"TO {sql_str(tmp)} (FORMAT parquet, COMPRESSION zstd)")
         os.replace(tmp, f)
-    con.execute("DROP TABLE IF EXISTS _stepped")
+        for st, n in con.execute(f"SELECT step, sum(coalesce(call_count, 1)) FROM read_parquet({sql_str(f)}) "
+                                 "GROUP BY step").fetchall():
+            if st is None:
+                out.outside += int(n)
+            else:
+                out.per_step[int(st)] = out.per_step.get(int(st), 0) + int(n)
+        if out.outside and last_end is not None:
+            n = con.execute(f"SELECT sum(coalesce(k.call_count, 1)) FROM read_parquet({sql_str(f)}) k {join} "
+                            f"WHERE k.step IS NULL AND {tail}").fetchone()[0]
+            out.tail += int(n or 0)
     return out
 
 
