@@ -59,6 +59,7 @@ class CaptureResult:
     files: List[Path] = field(default_factory=list)  # staged kernel Parquet files of this capture
     notes: List[str] = field(default_factory=list)   # duplicates, workers, steps: said in the reason
     steps_kept: Optional[List[int]] = None           # steps counted after the common-step restriction
+    info: List[str] = field(default_factory=list)    # said in the reason only (not a console warning)
 
 
 @dataclass
@@ -226,11 +227,13 @@ def _restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int
         for r in marked:
             r.steps_kept = keep
             drop = sorted(set(r.step_counts.per_step) - set(keep))
+            if not drop and profiler_step is None:
+                r.info.append(f"step(s) {keep} counted ({r.marks.source})")
             if drop or profiler_step is not None:
                 kept, _dropped = restrict(w.con, r.files, set(keep), drop_outside=profiler_step is not None)
                 calls = sum(n for s, n in r.step_counts.per_step.items() if s not in keep)
                 r.kernels = kept
-                r.notes.append(f"steps counted {keep}" + (f"; step(s) {drop} not covered by every rank: "
+                r.notes.append(f"steps counted {keep} ({r.marks.source})" + (f"; step(s) {drop} not covered by every rank: "
                                                           f"{calls} kernel call(s) left out" if drop else "")
                                + ("; kernels outside the step left out" if profiler_step is not None else ""))
     return lines
@@ -312,7 +315,7 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             if n > 1:
                 result.notes.append(f"{side}: {n} workers merged into the side total (no rank ids; one rank slot each)")
         for res, row in zip(result.captures, rows):
-            reason = "; ".join(x for x in [res.reason, *res.notes] if x)
+            reason = "; ".join(x for x in [res.reason, *res.notes, *res.info] if x)
             row.update(status=res.status, reason=reason, kernel_count=res.kernels, host_op_count=res.host_ops,
                        **_step_row(res))
             if res.source_kind:

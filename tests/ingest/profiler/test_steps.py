@@ -82,6 +82,8 @@ def test_real_db_kernels_all_fall_in_step_50(shared_dir, tmp_path):
     assert [(c["step_source"], c["steps"], c["steps_kept"], c["open_tail_kernels"]) for c in caps.values()] == [
         ("STEP_TIME", '{"50": 191}', "[50]", 0)] * 2
     assert res.notes == ["train: steps counted [50] (covered by every rank with step markers: 0, 1)"]
+    assert [c["reason"] for c in caps.values()] == ["step(s) [50] counted (STEP_TIME)"] * 2
+    assert all(not c.notes for c in res.captures)  # nothing to warn about on the console
 
 
 def test_profiler_step_rows_stand_in_for_a_missing_step_time(shared_dir, tmp_path):
