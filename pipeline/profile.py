@@ -96,7 +96,8 @@ def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = ()
         if key not in seen:
             seen.add(key)
             unique.append(c)
-    return assign_worker_ranks(dedupe(unique))
+    kept = assign_worker_ranks(dedupe(unique))
+    return sorted(kept, key=lambda c: (c.side != "train", c.rank, str(c.path)))
 
 
 def source_description(profiler_output: Optional[Path], train: Sequence[Path] = (),
