@@ -138,12 +138,13 @@ def _info_rank(info: Dict) -> tuple:
     """(rank, source) from ``profiler_info*.json``: its file name, else its ``rank_id`` (-1 = none)."""
     if info.get("_rank_from_name") is not None:
         return info["_rank_from_name"], "file_name"
-    rid = info.get("rank_id")
-    if isinstance(rid, int) and rid >= 0:
+    try:
+        rid = int(info["rank_id"])
+    except (KeyError, TypeError, ValueError):
+        return 0, "default"
+    if rid >= 0:
         return rid, "profiler_info"
-    if isinstance(rid, int):  # rank_id -1: a rollout worker outside torch.distributed
-        return 0, "none"
-    return 0, "default"
+    return 0, "none"  # rank_id -1: a rollout worker outside torch.distributed
 
 
 def pid_of(pt_dir: Optional[Path]) -> Optional[int]:
