@@ -146,7 +146,8 @@ PROFILE_OPTIONS = [
                                         "else from the model id, else unknown)."),
     click.option("--model-path", type=click.Path(path_type=Path),
                  help="Model folder (or its config.json): the family is read from model_type."),
-    click.option("--step", type=int, help="RL step that was profiled."),
+    click.option("--step", type=int, help="RL step that was profiled (a label; see --profiler-step)."),
+    click.option("--profiler-step", type=int, help="Count only profiler step N (ProfilerStep#N) on every rank."),
     click.option("--tag", "tags", multiple=True, type=KeyValue(),
                  help="key=value label stored with the run (repeatable)."),
     click.option("--allow-missing", is_flag=True,
@@ -164,18 +165,20 @@ def _profile_options(f):
 @click.argument("profiler_output", required=False, type=click.Path(path_type=Path))
 @_profile_options
 @LAKE_OPTION
-def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
-           lake_path):
+def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
+           allow_missing, lake_path):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
     from tilake.pipeline.profile import ingest_command
 
     res = ingest_command(profiler_output, _lake(lake_path), run_id, train, infer, allow_missing,
-                         model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
+                         profiler_step=profiler_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
     for c in res.captures:
         click.echo(f"{c.capture.side} rank {c.capture.rank}: {c.status} kernels={c.kernels} "
                    f"host_ops={c.host_ops} {c.capture.path}" + (f" — {c.reason}" if c.reason else ""))
     click.echo(f"run {res.run_id}: {res.kernels} kernels; evidence train={res.side_evidence.get('train')} "
                f"infer={res.side_evidence.get('infer')}")
+    for line in res.notes:
+        click.echo(line)
 
 
 @main.command()
@@ -221,15 +224,15 @@ def report(run_id, out_dir, lang, lake_path):
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @LAKE_OPTION
 @JSON_OPTION
-def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
-            out_dir, lang, lake_path, as_json):
+def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
+            allow_missing, out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
     from tilake.reports.run_console import print_run_summary, run_summary_json
 
     lake = _lake(lake_path)
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
-                      progress=not as_json, model_id=model_id, model_family=model_family,
+                      progress=not as_json, profiler_step=profiler_step, model_id=model_id, model_family=model_family,
                       model_path=model_path, step=step, tags=tags)
     _echo_json(run_summary_json(res, lake.root)) if as_json else print_run_summary(res)
 

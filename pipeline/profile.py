@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tilake.errors import TilakeError
 from tilake.files import check_out_dir
-from tilake.ingest.profiler.discover import Capture, discover, explicit
+from tilake.ingest.profiler.discover import Capture, assign_worker_ranks, dedupe, discover, explicit
 from tilake.ingest.profiler.load import IngestResult, ingest_profile
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
@@ -86,7 +86,9 @@ def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = ()
                      infer: Sequence[Path] = ()) -> List[Capture]:
     """Captures from a verl ``profiler_output`` folder and/or explicit per-side paths.
 
-    Explicit paths replace discovery for their side.
+    Explicit paths replace discovery for their side. Duplicate captures of one (side, rank, role folder)
+    are reduced to one (:func:`tilake.ingest.profiler.discover.dedupe`: DB over text, highest level; the
+    others are listed on it) and rank-less workers get one rank slot each (``assign_worker_ranks``).
     Raises:
         TilakeError: nothing given, or a path holds no capture.
     """
@@ -106,7 +108,8 @@ def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = ()
         if key not in seen:
             seen.add(key)
             unique.append(c)
-    return unique
+    kept = assign_worker_ranks(dedupe(unique))
+    return sorted(kept, key=lambda c: (c.side != "train", c.rank, str(c.path)))
 
 
 def source_description(profiler_output: Optional[Path], train: Sequence[Path] = (),
@@ -120,7 +123,7 @@ def source_description(profiler_output: Optional[Path], train: Sequence[Path] = 
 def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_dir: Path,
                 run_meta: Optional[Dict] = None, lang: str = "zh", train: Sequence[Path] = (),
                 infer: Sequence[Path] = (), allow_missing: bool = False,
-                progress: bool = True) -> ProfileResult:
+                progress: bool = True, profiler_step: Optional[int] = None) -> ProfileResult:
     """Ingest → dbt build → report for one run; returns where everything landed.
 
     Args:
@@ -131,6 +134,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
         run_meta: ``runs`` row values (model_id, model_family, parallel_config, rl_config, …).
         allow_missing: record sides without device evidence (the report says evidence_missing)
             instead of failing.
+        profiler_step: count only profiler step N (``ProfilerStep#N``) on every rank with step markers.
     Raises:
         TilakeError: bad input (the lake is unchanged), dbt failure, report failure.
     """
@@ -140,7 +144,8 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     meta = dict(run_meta or {})
     meta.setdefault("source_path", source_description(profiler_output, train, infer))
     with lake.writing():   # one lock, one ensure: ingest and build
-        ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress)
+        ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
+                             profiler_step=profiler_step)
         build = build_swapped(lake)
     build.raise_if_failed(path=lake.root)
     from tilake.reports.op_diff import write_report
@@ -152,7 +157,8 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     warnings = uncategorized_warning(out["facts"]["uncategorized"])   # this run only, not the lake
     warnings += [warning_text(n) for n in build.warnings if not n[0].startswith(UNCATEGORIZED_TEST)]
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
-                 for c in ing.captures if c.status not in ("ok",)]
+                 for c in ing.captures if c.status not in ("ok",) or c.notes]
+    warnings += ing.notes
     return ProfileResult(run_id, out["report"], out["csv"], out["runtime_ops"], out["chart"],
                          out["grade_counts"], ev, status, ing, warnings,
                          {k: out[k] for k in ("html", "numeric_csv", "xlsx") if k in out})
@@ -198,10 +204,12 @@ def run_meta(model_id: Optional[str] = None, model_family: Optional[str] = None,
 
 def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
                    train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
-                   allow_missing: bool = False, progress: bool = True, **model: Any) -> IngestResult:
+                   allow_missing: bool = False, progress: bool = True, profiler_step: Optional[int] = None,
+                   **model: Any) -> IngestResult:
     """``tilake ingest``: captures of ``profiler_output`` and/or ``train``/``infer`` → the lake.
 
     Args:
+        profiler_step: count only profiler step N (``--profiler-step``; ``--step`` is the RL step label).
         model: :func:`run_meta` keyword arguments (model_id, model_family, model_path, step, tags).
     Raises:
         TilakeError: bad id or captures (the lake is unchanged); LakeBusyError.
@@ -211,7 +219,8 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
     meta = run_meta(**model, collection_method=RECORDED,
                     source_path=source_description(profiler_output, train, infer))
     with lake.writing():
-        return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=progress)
+        return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=progress,
+                              profiler_step=profiler_step)
 
 
 def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = False) -> Tuple[BuildResult, List[str]]:
@@ -238,7 +247,7 @@ def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh")
 def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
                 out_dir: Optional[PathLike] = None, lang: str = "zh", train: Sequence[PathLike] = (),
                 infer: Sequence[PathLike] = (), allow_missing: bool = False, progress: bool = True,
-                **model: Any) -> ProfileResult:
+                profiler_step: Optional[int] = None, **model: Any) -> ProfileResult:
     """``tilake run``: :func:`run_profile` with the CLI's defaults (``progress=False``: no progress bars).
 
     The run id defaults to :func:`default_run_id`; ``out_dir`` to the profiler_output folder's parent
@@ -249,4 +258,4 @@ def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optiona
         out_dir = Path(profiler_output).resolve().parent if profiler_output else Path(".")
     meta = run_meta(**model, collection_method=RECORDED)
     return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), meta, lang,
-                       train, infer, allow_missing, progress=progress)
+                       train, infer, allow_missing, progress=progress, profiler_step=profiler_step)

@@ -7,6 +7,13 @@ Layout (reference doc §3.1, §4.1; seed stage 2.4):
 Discrete-mode role folders (``actor_update``, ``ref_compute_log_prob``, ``rollout_generate`` …) and
 relocated ``rollout-replica*`` folders are recognised too.
 
+Rollout workers (vllm-ascend) may write ``ascend_pytorch_profiler.db`` (no rank suffix) with
+``rank_id: -1`` in ``profiler_info.json``, one ``<host>_<pid>_<ts>_ascend_pt`` folder per worker: such a
+capture has no rank id; :func:`assign_worker_ranks` gives each one its own rank slot and identity
+(worker folder, pid from the folder name, device id from the DB's ``RANK_DEVICE_MAP``/``NPU_INFO``).
+Several captures of one (side, rank, role folder) are duplicates (e.g. level-0/1/2 DBs and text exports of
+the same rank side by side): :func:`dedupe` keeps one by a stated rule and lists the others.
+
 A capture is one ``*_ascend_pt`` folder (or an explicit DB file) and is one of:
 ``db`` (an ``ascend_pytorch_profiler*.db`` exists), ``text`` (only CSV exports),
 ``raw`` (``FRAMEWORK/``/``PROF_*`` without any parsed output: run ``analyse()``), ``empty``,
@@ -17,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -28,6 +36,13 @@ TEXT_FILES = ("kernel_details.csv", "op_statistic.csv", "api_statistic.csv", "op
 _DB_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
 _INFO_RE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
 _INFER_HINTS = ("rollout", "agent_loop", "vllm", "infer", "generate")
+# torch_npu names the capture folder <host>_<pid>_<timestamp>_ascend_pt (reference §3.1)
+_PT_RE = re.compile(r"^(?:.*_)?(\d+)_(\d{14,})_ascend_pt$")
+# verl role / replica folders: captures in different ones are different processes or roles, never duplicates
+_ROLE_RE = re.compile(r"^(agent_loop_rollout_replica_\d+|rollout[-_]?replica[-_]?\d+|actor_update|update_actor|"
+                      r"ref_compute_log_prob|compute_ref_log_prob|actor_compute_log_prob|compute_log_prob|"
+                      r"rollout_generate|generate_sequences|replica_\d+|worker_\d+)$", re.I)
+_LEVELS = {"Level0": 0, "Level1": 1, "Level2": 2}
 
 
 @dataclass
@@ -40,6 +55,14 @@ class Capture:
         ``ASCEND_PROFILER_OUTPUT`` folder (text) or the ``*_ascend_pt`` folder (raw/empty).
         pt_dir: the ``*_ascend_pt`` folder when known. text_dir: CSV folder beside a DB, if any.
         level: profiler level from ``profiler_info_*.json`` (``Level0``…) or None.
+        rank_source: where ``rank`` came from: ``file_name`` (``…_{rank}.db`` / ``profiler_info_{rank}.json``),
+            ``profiler_info`` (``rank_id``), ``worker`` (no rank id: a slot given by :func:`assign_worker_ranks`)
+            or ``default`` (nothing said; rank 0).
+        worker, pid, device_id: identity of a capture without a rank id (worker folder, process id from the
+            ``<host>_<pid>_<ts>_ascend_pt`` name, device from ``RANK_DEVICE_MAP``/``NPU_INFO``).
+        role: verl role/replica folder names on the capture's path (``agent_loop_rollout_replica_0`` …), or "".
+        duplicates: captures of the same (side, rank, role) that :func:`dedupe` ignored in favour of this one.
+        workers: number of rank-less worker captures of this side merged into the side total (0 if ranked).
     """
 
     side: str
@@ -50,6 +73,22 @@ class Capture:
     text_dir: Optional[Path] = None
     level: Optional[str] = None
     info: Dict = field(default_factory=dict)
+    rank_source: str = "default"
+    worker: Optional[str] = None
+    pid: Optional[int] = None
+    device_id: Optional[int] = None
+    role: str = ""
+    duplicates: List["Capture"] = field(default_factory=list)
+    workers: int = 0
+
+    @property
+    def rankless(self) -> bool:
+        """True when neither the file names nor ``profiler_info`` give a rank id (``rank_id: -1``)."""
+        return self.rank_source in ("none", "worker")
+
+    def describe(self) -> str:
+        """Short label: kind, profiler level and path (used when listing duplicates)."""
+        return f"{self.kind} {self.level or 'level unknown'} {self.path}"
 
     @property
     def capture_id(self) -> str:
@@ -95,25 +134,124 @@ def is_raw(pt_dir: Path) -> bool:
     return (pt_dir / "FRAMEWORK").is_dir() or any(p.is_dir() for p in pt_dir.glob("PROF_*"))
 
 
+def _info_rank(info: Dict) -> tuple:
+    """(rank, source) from ``profiler_info*.json``: its file name, else its ``rank_id`` (-1 = none)."""
+    if info.get("_rank_from_name") is not None:
+        return info["_rank_from_name"], "file_name"
+    try:
+        rid = int(info["rank_id"])
+    except (KeyError, TypeError, ValueError):
+        return 0, "default"
+    if rid >= 0:
+        return rid, "profiler_info"
+    return 0, "none"  # rank_id -1: a rollout worker outside torch.distributed
+
+
+def pid_of(pt_dir: Optional[Path]) -> Optional[int]:
+    """Process id from a ``<host>_<pid>_<timestamp>_ascend_pt`` folder name, else None."""
+    m = _PT_RE.match(pt_dir.name) if pt_dir is not None else None
+    return int(m.group(1)) if m else None
+
+
+def device_of(db: Path) -> Optional[int]:
+    """Device id of a profiler DB: ``RANK_DEVICE_MAP.deviceId``, else ``NPU_INFO.id`` (-1 = not collected);
+    None when neither table gives one (reference §2.2; one row per device folder)."""
+    try:
+        con = sqlite3.connect(f"file:{db.resolve()}?mode=ro&immutable=1", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        for sql in ("SELECT deviceId FROM RANK_DEVICE_MAP", "SELECT device_id FROM RANK_DEVICE_MAP",
+                    "SELECT id FROM NPU_INFO"):
+            try:
+                vals = {r[0] for r in con.execute(sql) if isinstance(r[0], int) and r[0] >= 0}
+            except sqlite3.Error:
+                continue
+            if len(vals) == 1:
+                return vals.pop()
+        return None
+    finally:
+        con.close()
+
+
+def role_of(parts: List[str]) -> str:
+    """The verl role/replica folder names on a capture's relative path, joined by ``/`` ("" if none)."""
+    return "/".join(p for p in parts if _ROLE_RE.match(p))
+
+
 def classify_pt_dir(pt_dir: Path, side: str) -> List[Capture]:
     """Classify one ``*_ascend_pt`` folder into captures (one per DB file found in it)."""
     out_dir = pt_dir / "ASCEND_PROFILER_OUTPUT"
     info = _read_info(pt_dir)
     level = _level(info)
-    rank_default = info.get("_rank_from_name")
+    rank_default, source_default = _info_rank(info)
     text_dir = out_dir if out_dir.is_dir() and any((out_dir / f).exists() for f in TEXT_FILES) else None
     dbs = pt_dbs(pt_dir)
     caps = []
     for db in dbs:
         m = _DB_RE.match(db.name)
-        rank = int(m.group(1)) if m and m.group(1) else (rank_default or 0)
-        caps.append(Capture(side, rank, "db", db, pt_dir, text_dir, level, info))
-    if caps:
-        return caps
-    rank = rank_default or 0
-    if text_dir is not None:
-        return [Capture(side, rank, "text", text_dir, pt_dir, text_dir, level, info)]
-    return [Capture(side, rank, "raw" if is_raw(pt_dir) else "empty", pt_dir, pt_dir, None, level, info)]
+        rank, src = (int(m.group(1)), "file_name") if m and m.group(1) else (rank_default, source_default)
+        caps.append(Capture(side, rank, "db", db, pt_dir, text_dir, level, info, src, pid=pid_of(pt_dir)))
+    if not caps:
+        kind = "text" if text_dir is not None else "raw" if is_raw(pt_dir) else "empty"
+        caps = [Capture(side, rank_default, kind, text_dir if kind == "text" else pt_dir, pt_dir, text_dir,
+                        level, info, source_default, pid=pid_of(pt_dir))]
+    for c in caps:
+        if c.rank_source == "none":
+            c.worker = pt_dir.name
+            c.device_id = device_of(c.path) if c.kind == "db" else None
+    return caps
+
+
+def _level_rank(level: Optional[str]) -> int:
+    return _LEVELS.get(level or "", -1)
+
+
+def _end_time(c: Capture) -> int:
+    try:
+        return int(c.info["end_info"]["collectionTimeEnd"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def dedupe(caps: List[Capture]) -> List[Capture]:
+    """Keep one capture per (side, rank, role folder); the others are listed on the kept one's ``duplicates``.
+
+    Rule (stated in the capture health reason): a DB over a text export over raw/empty folders, then the
+    highest profiler level (``Level2`` > ``Level1`` > ``Level0`` > unknown), then the latest
+    ``collectionTimeEnd`` of ``profiler_info``, then the first path. Torch traces and rank-less worker
+    captures (each its own process) are never duplicates. Duplicates are never summed.
+    """
+    kind_rank = {"db": 3, "text": 2, "raw": 1, "empty": 0}
+    groups: Dict[tuple, List[Capture]] = {}
+    out: List[Capture] = []
+    for c in caps:
+        if c.kind == "trace" or c.rankless:
+            out.append(c)
+        else:
+            groups.setdefault((c.side, c.rank, c.role), []).append(c)
+    for grp in groups.values():
+        grp = sorted(grp, key=lambda c: (-kind_rank.get(c.kind, 0), -_level_rank(c.level), -_end_time(c),
+                                         str(c.path)))
+        keep = grp[0]
+        keep.duplicates = grp[1:]
+        out.append(keep)
+    return out
+
+
+def assign_worker_ranks(caps: List[Capture]) -> List[Capture]:
+    """Give every rank-less capture (``rank_id: -1``) its own rank slot per side: the next numbers after
+    the side's highest real rank, in worker-folder order; ``rank_source`` becomes ``worker`` and
+    ``workers`` the number of such captures merged into the side total."""
+    for side in {c.side for c in caps}:
+        free = [c for c in caps if c.side == side and c.rank_source == "none"]
+        if not free:
+            continue
+        taken = [c.rank for c in caps if c.side == side and not c.rankless]
+        base = max(taken) + 1 if taken else 0
+        for i, c in enumerate(sorted(free, key=lambda c: (str(c.pt_dir or c.path), str(c.path)))):
+            c.rank, c.rank_source, c.workers = base + i, "worker", len(free)
+    return caps
 
 
 def discover(root: Path) -> List[Capture]:
@@ -135,6 +273,7 @@ def discover(root: Path) -> List[Capture]:
             continue
         side = side_of(list(pt.relative_to(root).parts))
         for c in classify_pt_dir(pt, side):
+            c.role = role_of(list(pt.relative_to(root).parts[:-1]))
             caps.append(c)
             seen.add(c.path.resolve())
     # loose DB files not inside an *_ascend_pt folder
@@ -142,8 +281,9 @@ def discover(root: Path) -> List[Capture]:
         if db.resolve() in seen or not _DB_RE.match(db.name):
             continue
         m = _DB_RE.match(db.name)
-        caps.append(Capture(side_of(list(db.relative_to(root).parts)),
-                            int(m.group(1)) if m.group(1) else 0, "db", db))
+        caps.append(Capture(side_of(list(db.relative_to(root).parts)), int(m.group(1)) if m.group(1) else 0,
+                            "db", db, rank_source="file_name" if m.group(1) else "default",
+                            role=role_of(list(db.relative_to(root).parts[:-1]))))
     for tr, rank in find_traces(root):  # torch-profiler traces (global_profiler.tool=torch)
         caps.append(Capture(side_of(list(tr.relative_to(root).parts)), rank, "trace", tr))
     if not caps:
@@ -170,16 +310,21 @@ def explicit(path: Path, side: str) -> List[Capture]:
         return [Capture(side, rank_of(path.name), "trace", path)]
     if path.is_file():
         m = _DB_RE.match(path.name)
-        rank = int(m.group(1)) if m and m.group(1) else 0
         pt = path.parent.parent if path.parent.name == "ASCEND_PROFILER_OUTPUT" else None
         info = _read_info(pt) if pt else {}
+        rank, src = (int(m.group(1)), "file_name") if m and m.group(1) else _info_rank(info)
         text_dir = path.parent if any((path.parent / f).exists() for f in TEXT_FILES) else None
-        return [Capture(side, rank, "db", path, pt, text_dir, _level(info), info)]
+        cap = Capture(side, rank, "db", path, pt, text_dir, _level(info), info, src, pid=pid_of(pt))
+        if src == "none":
+            cap.worker, cap.device_id = (pt or path.parent).name, device_of(path)
+        return [cap]
     if path.name == "ASCEND_PROFILER_OUTPUT":
         return classify_pt_dir(path.parent, side)
     if path.name.endswith("_ascend_pt"):
         return classify_pt_dir(path, side)
     caps = [c for pt in sorted(path.rglob("*_ascend_pt")) if pt.is_dir() for c in classify_pt_dir(pt, side)]
+    for c in caps:
+        c.role = role_of(list(Path(c.pt_dir).relative_to(path).parts[:-1])) if c.pt_dir else ""
     if not caps:
         caps = [c for db in sorted(path.rglob("ascend_pytorch_profiler*.db")) for c in explicit(db, side)]
     if not caps:

@@ -182,7 +182,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
                            i_sh_clean AS input_shapes, i_dt_clean AS input_dtypes, i_fm_clean AS input_formats,
                            o_sh_clean AS output_shapes, o_dt_clean AS output_dtypes, o_fm_clean AS output_formats,
                            NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
-                           host_op_id, host_op_name, callchain_id, 1 AS call_count
+                           host_op_id, host_op_name, callchain_id, 1 AS call_count, NULL AS step
                     FROM k"""
                 n += writer.copy_query("kernels", sql, partition)
         finally:
@@ -206,7 +206,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
                    NULL AS input_shapes, NULL AS input_dtypes, NULL AS input_formats,
                    NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
                    NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann_val} AS cann_api_name,
-                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
+                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count, NULL AS step
             FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
         n += writer.copy_query("kernels", sql, partition)

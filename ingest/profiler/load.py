@@ -10,6 +10,13 @@ call stacks and MSTX ranges. The evidence gate:
 * an unparsed raw ``*_ascend_pt`` folder is ``unparsed`` (hint: run ``analyse()``);
 * a *side* with no usable capture at all fails the ingest with one line (lake unchanged) unless
   ``allow_missing`` — then the side is recorded as ``evidence_missing`` and every report says so.
+
+Captures arrive deduplicated and with rank-less workers numbered (:mod:`.discover`); the reason of each
+says which duplicates were ignored and how many workers make the side total. Steps (:mod:`.steps`): every
+kernel gets its ``step``; per side only the steps every ranked capture with markers covers are counted
+(or the one ``profiler_step``), and ranks without markers or with an open tail are flagged.
+The parallel layout of ``profiler_metadata.json`` (:mod:`.metadata`) fills ``runs.parallel_config`` when
+the caller gave none.
 """
 from __future__ import annotations
 
@@ -18,7 +25,8 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Dict, List, Optional, Sequence
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set
 
 from tilake.lake import schema
 from tilake.errors import TilakeError
@@ -26,6 +34,9 @@ from tilake.lake.store import Lake
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
                           readable_copy, sha256_file, table_rows_json)
 from tilake.ingest.profiler.discover import Capture
+from tilake.ingest.profiler.metadata import empty_reason, parallel_groups, parallel_layout, read_metadata
+from tilake.ingest.profiler.steps import (StepCounts, StepMarks, assign_steps, common_steps, db_step_marks,
+                                          restrict, stage_launch_times, text_step_marks)
 from tilake.ingest.profiler.text import load_text
 from tilake.ingest.torch.load import ingest_trace
 
@@ -43,6 +54,12 @@ class CaptureResult:
     host_ops: int = 0
     source_kind: str = ""
     evidence: str = ""  # torch traces: device | cpu_ops (CPU-only trace)
+    marks: StepMarks = field(default_factory=StepMarks)
+    step_counts: StepCounts = field(default_factory=StepCounts)
+    files: List[Path] = field(default_factory=list)  # staged kernel Parquet files of this capture
+    notes: List[str] = field(default_factory=list)   # duplicates, workers, steps: said in the reason
+    steps_kept: Optional[List[int]] = None           # steps counted after the common-step restriction
+    info: List[str] = field(default_factory=list)    # said in the reason only (not a console warning)
 
 
 @dataclass
@@ -59,6 +76,7 @@ class IngestResult:
     captures: List[CaptureResult] = field(default_factory=list)
     side_evidence: Dict[str, str] = field(default_factory=dict)
     side_reason: Dict[str, str] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)  # side-level lines: workers merged, steps counted
 
     @property
     def kernels(self) -> int:
@@ -98,9 +116,13 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> Captu
         if not row.get("profiler_level") and pr.rows.get("COMPUTE_TASK_INFO"):
             row["profiler_level"] = profiler_level_from_db(db)
         # device evidence = compute kernels (COMPUTE_TASK_INFO ⋈ TASK); HCCL ops alone do not count
+        before = _kernel_files(w, part)
         res = load_db(db, pr, w, part, row["capture_id"])
+        marks = db_step_marks(db)
+        if marks.ranges:  # launch times for the step assignment, while the (copied) DB is still here
+            stage_launch_times(w.con, db, sorted(_kernel_files(w, part) - before))
         if res.compute_kernels:
-            return CaptureResult(cap, "ok", "", res.kernels, res.host_ops, "db")
+            return CaptureResult(cap, "ok", "", res.kernels, res.host_ops, "db", marks=marks)
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
                    else "COMPUTE_TASK_INFO ⋈ TASK has 0 rows")
         reason = (f"{missing} while host tables have {_host_rows(pr)} rows "
@@ -110,7 +132,7 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> Captu
         txt = _ingest_text(cap, w, part, row, reason_prefix=reason + "; ")
         if txt.status in USABLE:
             return txt
-    return CaptureResult(cap, "evidence_missing", reason, res.kernels, res.host_ops, "db")
+    return CaptureResult(cap, "evidence_missing", reason, res.kernels, res.host_ops, "db", marks=marks)
 
 
 def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = "") -> CaptureResult:
@@ -130,28 +152,130 @@ def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = ""
                          f"in {cap.text_dir or cap.path}", 0, nh, "text")
 
 
+def _kernel_files(w, part: Dict) -> Set[Path]:
+    d = w.staging / "kernels" / f"run_id={w.run_id}" / f"side={part['side']}" / f"rank={part['rank']}"
+    return set(d.glob("part-*.parquet")) if d.is_dir() else set()
+
+
+def _ingest_one(cap: Capture, w, part: Dict, row: Dict) -> CaptureResult:
+    if cap.kind == "db":
+        return _ingest_db(cap, w, part, row)
+    if cap.kind == "text":
+        return _ingest_text(cap, w, part, row)
+    if cap.kind == "trace":
+        tr = ingest_trace(cap.path, w, part, row["capture_id"])
+        row.update(tr.capture, size_bytes=file_size(cap.path), sha256=sha256_file(cap.path))
+        return CaptureResult(cap, tr.status, tr.reason, tr.kernels, tr.host_ops, "trace", tr.evidence)
+    if cap.kind == "raw":
+        return CaptureResult(cap, "unparsed",
+                             "raw profiler data not parsed (FRAMEWORK/ and PROF_* only): run "
+                             f"torch_npu.profiler.profiler.analyse('{cap.path}') on the Ascend host, "
+                             "then ingest again")
+    return CaptureResult(cap, "evidence_missing", empty_reason(cap.pt_dir or cap.path))
+
+
+def _identity_notes(cap: Capture) -> List[str]:
+    notes = []
+    if cap.duplicates:
+        notes.append(f"kept over {len(cap.duplicates)} duplicate capture(s) of {cap.side} rank {cap.rank} "
+                     "(rule: DB over text export, then highest profiler level, then latest): ignored "
+                     + "; ".join(d.describe() for d in cap.duplicates))
+    if cap.rank_source == "worker":
+        notes.append(f"worker without rank id (rank_id -1): folder {cap.worker}, pid "
+                     f"{cap.pid if cap.pid is not None else 'unknown'}, device "
+                     f"{cap.device_id if cap.device_id is not None else 'unknown'}; rank slot {cap.rank}, "
+                     f"{cap.workers} worker(s) merged into the {cap.side} total")
+    return notes
+
+
+def _restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int]) -> List[str]:
+    """Count per side only the steps every capture with step markers covers (or ``profiler_step``)."""
+    lines = []
+    for side in ("train", "infer"):
+        mine = [r for r in results if r.capture.side == side and r.status in USABLE and r.files
+                and r.capture.kind in ("db", "text")]
+        marked = [r for r in mine if r.step_counts.per_step]
+        for r in mine:
+            if not r.step_counts.per_step:
+                r.notes.append("no step markers (STEP_TIME, ProfilerStep#N, kernel_details Step Id): "
+                               "all kernels counted, not restricted to common steps")
+            elif r.step_counts.tail:
+                last = max(r.step_counts.per_step)
+                r.notes.append(f"open tail: {r.step_counts.tail} kernel call(s) launched after step {last} "
+                               f"ended (kept; --profiler-step {last} counts that step only)")
+        if not marked:
+            continue
+        if profiler_step is not None:
+            lacking = [r for r in marked if profiler_step not in r.step_counts.per_step]
+            if lacking:
+                raise TilakeError(f"--profiler-step {profiler_step}: not captured by " + "; ".join(
+                    f"{r.capture.side} rank {r.capture.rank} (steps {sorted(r.step_counts.per_step)})"
+                    for r in lacking))
+            keep = [profiler_step]
+        else:
+            keep = common_steps([list(r.step_counts.per_step) for r in marked])
+        ranks = ", ".join(str(r.capture.rank) for r in marked)
+        if not keep:  # disjoint steps: restricting would drop everything; count all and say so
+            lines.append(f"{side}: no step is covered by every rank (" + "; ".join(
+                f"rank {r.capture.rank}: {sorted(r.step_counts.per_step)}" for r in marked)
+                + "): all steps counted; --profiler-step N counts one step")
+            continue
+        if len(marked) > 1 or profiler_step is not None:  # one rank alone: nothing restricted, nothing to say
+            lines.append(f"{side}: steps counted {keep} "
+                         + (f"(selected; ranks {ranks})" if profiler_step is not None
+                            else f"(covered by every rank with step markers: {ranks})"))
+        for r in marked:
+            r.steps_kept = keep
+            drop = sorted(set(r.step_counts.per_step) - set(keep))
+            if not drop and profiler_step is None:
+                r.info.append(f"step(s) {keep} counted ({r.marks.source})")
+            if drop or profiler_step is not None:
+                kept, _dropped = restrict(w.con, r.files, set(keep), drop_outside=profiler_step is not None)
+                calls = sum(n for s, n in r.step_counts.per_step.items() if s not in keep)
+                r.kernels = kept
+                r.notes.append(f"steps counted {keep} ({r.marks.source})" + (f"; step(s) {drop} not covered by every rank: "
+                                                          f"{calls} kernel call(s) left out" if drop else "")
+                               + ("; kernels outside the step left out" if profiler_step is not None else ""))
+    return lines
+
+
+def _step_row(r: CaptureResult) -> Dict:
+    sc = r.step_counts
+    if not sc.per_step:
+        return {"step_source": r.marks.source or None}
+    return {"step_source": r.marks.source, "steps": json.dumps({str(k): v for k, v in sorted(sc.per_step.items())}),
+            "kernels_outside_steps": sc.outside, "open_tail_kernels": sc.tail,
+            "steps_kept": json.dumps(r.steps_kept) if r.steps_kept is not None else None}
+
+
 def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[Dict] = None,
-                   allow_missing: bool = False, progress: bool = True) -> IngestResult:
+                   allow_missing: bool = False, progress: bool = True,
+                   profiler_step: Optional[int] = None) -> IngestResult:
     """Ingest every capture of one run, replacing any earlier ingest of ``run_id``.
 
     Writes inside :meth:`Lake.writing` (the caller's door, or its own when called alone).
 
     Args:
         lake: target lake. run_id: validated id (``[A-Za-z0-9._-]+``).
-        captures: from :func:`tilake.ingest.profiler.discover.discover` or ``explicit``.
+        captures: from :func:`tilake.ingest.profiler.discover.discover` or ``explicit`` (after
+            ``dedupe``/``assign_worker_ranks``: duplicates are listed on the kept capture, never summed).
         run_meta: values for the ``runs`` row (model_id, model_family, parallel_config, …);
-            anything missing is written ``unknown``/NULL, never guessed.
+            anything missing is written ``unknown``/NULL, never guessed (``parallel_config`` comes from
+            ``profiler_metadata.json`` when not given).
         allow_missing: record sides without device evidence instead of failing.
+        profiler_step: count only this profiler step (N of ``ProfilerStep#N``) on every rank with markers.
     Returns:
         :class:`IngestResult`.
     Raises:
         TilakeError: a capture file is not SQLite or is truncated/unreadable; a side has no usable
-            evidence and ``allow_missing`` is False. The lake is unchanged in every error case.
+            evidence and ``allow_missing`` is False; ``profiler_step`` is missing on a rank with step
+            markers. The lake is unchanged in every error case.
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     result = IngestResult(run_id)
     meta = dict(run_meta or {})
+    rows: List[Dict] = []
     with lake.write_run(run_id, schema.PROFILE_TABLES) as w:
         cols = [TextColumn("[bold]ingest[/] {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                 TimeElapsedColumn()]
@@ -160,31 +284,45 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             for cap in captures:
                 bar.update(task, description=f"{cap.side} rank {cap.rank}: {cap.path.name}")
                 part = {"side": cap.side, "rank": cap.rank}
+                md = read_metadata(cap.pt_dir)
+                groups = parallel_groups(md)
                 row = {"capture_id": cap.capture_id, "path": str(cap.path), "source_kind": cap.kind,
-                       "profiler_level": cap.level}
-                if cap.kind == "db":
-                    res = _ingest_db(cap, w, part, row)
-                elif cap.kind == "text":
-                    res = _ingest_text(cap, w, part, row)
-                elif cap.kind == "trace":
-                    tr = ingest_trace(cap.path, w, part, row["capture_id"])
-                    row.update(tr.capture, size_bytes=file_size(cap.path), sha256=sha256_file(cap.path))
-                    res = CaptureResult(cap, tr.status, tr.reason, tr.kernels, tr.host_ops, "trace", tr.evidence)
-                elif cap.kind == "raw":
-                    res = CaptureResult(cap, "unparsed",
-                                        "raw profiler data not parsed (FRAMEWORK/ and PROF_* only): run "
-                                        f"torch_npu.profiler.profiler.analyse('{cap.path}') on the Ascend host, "
-                                        "then ingest again")
-                else:
-                    res = CaptureResult(cap, "evidence_missing", "empty *_ascend_pt folder (no DB, CSV or raw data)")
-                row.update(status=res.status, reason=res.reason, kernel_count=res.kernels,
-                           host_op_count=res.host_ops)
-                if res.source_kind:
-                    row["source_kind"] = res.source_kind
-                row.setdefault("backend", {"db": "ascend_db", "text": "ascend_text"}.get(row["source_kind"]))
-                w.write_rows("captures", [row], part)
+                       "profiler_level": cap.level, "rank_source": cap.rank_source, "worker": cap.worker,
+                       "pid": cap.pid, "device_id": cap.device_id,
+                       "duplicates_ignored": json.dumps([str(d.path) for d in cap.duplicates]) if cap.duplicates else None,
+                       "parallel_groups": json.dumps(groups) if groups else None}
+                if "parallel_config" not in meta and parallel_layout(md):
+                    meta["parallel_config"] = parallel_layout(md)
+                before = _kernel_files(w, part)
+                w.con.execute("DROP TABLE IF EXISTS _launch")
+                res = _ingest_one(cap, w, part, row)
+                res.files = sorted(_kernel_files(w, part) - before)
+                if res.source_kind == "text" and not res.marks.ranges:
+                    res.marks = text_step_marks(cap.text_dir or cap.path)
+                if res.status in USABLE and res.files and res.marks.ranges:
+                    res.step_counts = assign_steps(w.con, res.files, res.marks)
+                res.notes = _identity_notes(cap)
+                if res.status not in USABLE and cap.pt_dir is not None and not res.marks.ranges:
+                    res.marks = text_step_marks(cap.pt_dir / "ASCEND_PROFILER_OUTPUT")
+                    if res.marks.ranges:
+                        res.notes.append(f"{res.marks.source} lists step(s) {res.marks.steps}")
+                rows.append(row)
                 result.captures.append(res)
                 bar.advance(task)
+        result.notes += _restrict_steps(w, result.captures, profiler_step)
+        for side in ("train", "infer"):
+            n = max((c.capture.workers for c in result.captures if c.capture.side == side), default=0)
+            if n > 1:
+                result.notes.append(f"{side}: {n} workers merged into the side total (no rank ids; one rank slot each)")
+        for res, row in zip(result.captures, rows):
+            reason = "; ".join(x for x in [res.reason, *res.notes, *res.info] if x)
+            row.update(status=res.status, reason=reason, kernel_count=res.kernels, host_op_count=res.host_ops,
+                       **_step_row(res))
+            if res.source_kind:
+                row["source_kind"] = res.source_kind
+            row.setdefault("backend", {"db": "ascend_db", "text": "ascend_text"}.get(row["source_kind"]))
+            res.reason = reason
+            w.write_rows("captures", [row], {"side": res.capture.side, "rank": res.capture.rank})
         for side in ("train", "infer"):
             mine = [c for c in result.captures if c.capture.side == side]
             usable = [c for c in mine if c.status in USABLE]
