@@ -193,9 +193,6 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
     """
     con = writer.con
     res = DbResult(probe=pr)
-    con.execute("SET memory_limit='700MB'")
-    spill = tempfile.mkdtemp(prefix="tilake-spill-")  # private: concurrent DuckDB processes clash in /tmp
-    con.execute(f"SET temp_directory={sql_str(spill)}")
     con.execute("DETACH DATABASE IF EXISTS s")
     con.execute(f"ATTACH {sql_str(db)} AS s (TYPE sqlite, READ_ONLY)")
     try:
@@ -217,7 +214,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
                 "LEFT JOIN sid jf ON jf.id = TRY_CAST(c.stack AS BIGINT)",
                 partition)
         if pr.has("MSTX_EVENTS", "eventType"):
-            jm, m = sid_join(pr, "MSTX_EVENTS", "message", "e", "jm")
+            jm, m = sid_join(pr, "MSTX_EVENTS", "message", "e", "jm", only_used=True)
             res.mstx = writer.copy_query(
                 "mstx_ranges",
                 f"SELECT {sql_str(capture_id)} AS capture_id, {sid_value(m)} AS message, "
@@ -234,7 +231,6 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
             con.execute("DETACH DATABASE IF EXISTS s")
         except Exception:  # connection invalidated by a fatal DuckDB error: the writer reopens one
             writer._con = None
-        shutil.rmtree(spill, ignore_errors=True)
     return res
 
 

@@ -25,17 +25,19 @@ INVALID = 4294967295
 """msprof/torch_npu ``DB_INVALID_VALUE``: an id column that points nowhere."""
 
 
-def sid_join(pr, table: str, col: str, src: str, alias: str) -> tuple:
+def sid_join(pr, table: str, col: str, src: str, alias: str, only_used: bool = False) -> tuple:
     """Decode ``src.col`` (a STRING_IDS key) with a LEFT JOIN on the in-memory ``sid`` copy.
 
     ``pr`` is the file's :class:`tilake.ingest.profiler.db.DbProbe`. Returns ``(join clause, alias)``;
     ``("", None)`` when the column is absent. Read ``alias.value`` / ``.clean`` / ``.derived`` (see
     :func:`tilake.ingest.profiler.db.load_db`). Joins, never correlated scalar subqueries: those cost
-    ~28× on large tables (bench/README.md).
+    ~28× on large tables (bench/README.md). ``only_used`` (small tables such as COMMUNICATION_OP):
+    hash only the strings the column uses, not all of STRING_IDS (millions of rows in big captures).
     """
     if not pr.has(table, col):
         return "", None
-    return f'LEFT JOIN sid {alias} ON {alias}.id = {src}."{col}"', alias
+    target = f'(SELECT * FROM sid WHERE id IN (SELECT "{col}" FROM s."{table}"))' if only_used else "sid"
+    return f'LEFT JOIN {target} {alias} ON {alias}.id = {src}."{col}"', alias
 
 
 def sid_value(alias: "str | None", field: str = "value") -> str:
@@ -107,6 +109,19 @@ def _chunk_bounds(con, cti: Path, rows: int) -> List[tuple]:
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
+def _kernel_strings(con, files: Dict[str, Path], aliases: List[str]) -> None:
+    """Temp table ``ksid``: the ``sid`` rows that the dumped kernel columns point at.
+
+    The kernel query joins decoded strings ten times; joining the whole STRING_IDS copy (millions of
+    rows of unrelated host strings in big captures) built ten hash tables of it and ran out of
+    memory under a few hundred MB (BR-22). The ids a kernel uses are a few thousand.
+    """
+    cti = sql_str(files["cti"])
+    ids = " UNION ".join([f"SELECT DISTINCT c_{a} AS id FROM read_parquet({cti})" for a in aliases]
+                         + [f"SELECT DISTINCT t_tt AS id FROM read_parquet({sql_str(files['task'])})"])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ksid AS SELECT * FROM sid WHERE id IN ({ids})")
+
+
 def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
     """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
 
@@ -130,7 +145,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
         strings = {"kernel_name": "name", "raw_op": "opType", "accel": "taskType", "i_sh": "inputShapes",
                    "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
                    "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
-        joins = "\n".join(f"LEFT JOIN sid j_{a} ON j_{a}.id = b.c_{a}" for a in strings)
+        joins = "\n".join(f"LEFT JOIN ksid j_{a} ON j_{a}.id = b.c_{a}" for a in strings)
         picks = ", ".join(f"j_{a}.value AS {a}, j_{a}.clean AS {a}_clean" for a in strings)
         picks += ", j_kernel_name.derived AS name_derived"
         base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
@@ -145,6 +160,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
             if has_cann:
                 queries["cann"] = "SELECT connectionId, name FROM s.CANN_API"
             files = _parallel_copy(con, queries, dump)
+            _kernel_strings(con, files, list(strings))
             for lo, hi in _chunk_bounds(con, files["cti"], pr.rows.get("COMPUTE_TASK_INFO", 0)):
                 rng = " AND ".join([*([f"globalTaskId >= {lo}"] if lo is not None else []),
                                     *([f"globalTaskId < {hi}"] if hi is not None else [])]) or "true"
@@ -168,7 +184,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
                                h.host_op_id, h.name AS host_op_name, h.callchain_id
                         FROM b
                         {joins}
-                        LEFT JOIN sid j_tt ON j_tt.id = b.t_tt
+                        LEFT JOIN ksid j_tt ON j_tt.id = b.t_tt
                         {cann_join}
                         LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h
                           ON h.task_conn = b.connectionId
@@ -189,8 +205,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
             shutil.rmtree(dump, ignore_errors=True)
     compute = n
     if pr.has("COMMUNICATION_OP"):
-        jn, nm = sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn")
-        jt, ot = sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt")
+        jn, nm = sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn", only_used=True)
+        jt, ot = sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt", only_used=True)
         dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"
         # 4294967295 means "no connection": never join it (the compute path bounds ids the same way)
         cann_join_o = ("LEFT JOIN s.CANN_API ca ON ca.connectionId = o.connectionId "
