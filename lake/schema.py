@@ -73,6 +73,8 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("status", "VARCHAR", "ok | host_fallback | evidence_missing | unparsed | error"),
         ("reason", "VARCHAR"),
         ("backend", "VARCHAR", "ascend_db | ascend_text | torch_trace"),
+        ("invalid_rows", "VARCHAR", "JSON {problem: rows} of rows kept but counted (invalid kernel times "
+                                    "excluded from timings, repeated rows kept once); NULL when none"),
     )),
     RawTable("kernels", "lake",
              "One row per device kernel (TASK joined to COMPUTE_TASK_INFO, plus COMMUNICATION_OP) "

@@ -35,6 +35,7 @@ from typing import Dict, Iterator, List, Optional
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
 from tilake.ingest.profiler.names import clean_text, derived_op_type
+from tilake.ingest.profiler.rows import check_tables, dedupe_strings, explain
 from tilake.lake.duck import sql_str
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -178,21 +179,38 @@ class DbResult:
     call_stacks: int = 0
     mstx: int = 0
     probe: Optional[DbProbe] = None
+    # rows kept but counted (capture health, :mod:`.rows`): {problem: rows}
+    invalid: Dict[str, int] = field(default_factory=dict)
+
+    def invalid_note(self) -> str:
+        """One sentence on the counted rows for the capture's reason, or ``""``."""
+        if not self.invalid:
+            return ""
+        parts = ", ".join(f"{k}: {v}" for k, v in sorted(self.invalid.items()))
+        timed = sum(v for k, v in self.invalid.items() if "repeated" not in k and "STRING_IDS" not in k)
+        head = (f"{timed} kernels with invalid times kept for the kernel set, excluded from timings"
+                if timed else "repeated rows dropped")
+        return f"{head} ({parts})"
 
 
-def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> DbResult:
+def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
+            shown: Optional[Path] = None) -> DbResult:
     """Write kernels, host ops, call stacks and MSTX ranges of one attached DB.
 
     Args:
         db: a path safe to open (see :func:`readable_copy`). pr: its probe.
         writer: :class:`tilake.lake.store.RunWriter`. partition: ``{"side":…, "rank":…}``.
+        shown: the input file named in errors (default ``db``; differs for a private WAL copy).
     Returns:
-        :class:`DbResult` with the row counts written.
+        :class:`DbResult` with the row counts written and the rows kept but counted (``invalid``).
     Raises:
-        TilakeError: the SQLite scanner cannot read a required table (malformed file).
+        TilakeError: the SQLite scanner cannot read a required table (malformed file); a row kind
+            that is refused (:mod:`.rows`: no STRING_IDS, ambiguous ids, non-UTF-8 text).
     """
     con = writer.con
+    shown = shown or db
     res = DbResult(probe=pr)
+    check_tables(pr, shown)
     con.execute("DETACH DATABASE IF EXISTS s")
     con.execute(f"ATTACH {sql_str(db)} AS s (TYPE sqlite, READ_ONLY)")
     try:
@@ -202,8 +220,12 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
                else "SELECT CAST(NULL AS BIGINT) AS id, CAST(NULL AS VARCHAR) AS value WHERE false")
         con.execute(f"CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value, {clean_text('value')} AS clean, "
                     f"{derived_op_type('value')} AS derived FROM ({src})")
+        dup = dedupe_strings(con, shown)
+        if dup:
+            res.invalid["STRING_IDS repeated ids (same value, kept once)"] = dup
         _host_ops_table(con, pr)
-        res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id)
+        res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id,
+                                                          res.invalid, shown)
         res.host_ops = _write_host_ops(con, writer, partition, capture_id)
         if pr.has("PYTORCH_CALLCHAINS"):
             # stack is a STRING_IDS key (TEXT holding the frame itself in torch_npu 6.0.rc1)
@@ -225,7 +247,10 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
     except Exception as exc:  # duckdb errors on malformed pages or mismatched types
         if type(exc).__name__ == "InterruptException" or str(exc).startswith("Query interrupted"):
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
-        raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=db) from exc
+        better = explain(exc, db, shown)
+        if better is not None:
+            raise better from exc
+        raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=shown) from exc
     finally:
         try:
             con.execute("DETACH DATABASE IF EXISTS s")
@@ -327,6 +352,29 @@ def profiler_level_from_db(con_path: Path) -> Optional[str]:
     if r and r[0] and r[0] == r[1]:
         return "Level0"
     return None
+
+
+def session_fields(pr: DbProbe, db: Path) -> Dict:
+    """Capture-health session columns: ``truncated``, ``session_start_ns``, ``session_end_ns``.
+
+    A capture stopped while recording has ``SESSION_TIME_INFO.endTimeNs`` NULL (or before the
+    start): it is marked truncated and its end is the largest valid observed TASK end
+    (``0 <= startNs <= endNs``; BR-24), not left NULL. No SESSION_TIME_INFO: truncated unknown (NULL).
+    """
+    start, end = pr.session
+    if not pr.has("SESSION_TIME_INFO"):
+        return {"truncated": None, "session_start_ns": start, "session_end_ns": end}
+    truncated = bool(start) and (not end or end < start)
+    if truncated and pr.has("TASK", "endNs"):
+        uri = "file:" + str(db.resolve()) + "?mode=ro&immutable=1"
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            end = con.execute("SELECT max(endNs) FROM TASK WHERE startNs >= 0 AND endNs >= startNs").fetchone()[0]
+        except sqlite3.DatabaseError:
+            end = None
+        finally:
+            con.close()
+    return {"truncated": truncated, "session_start_ns": start, "session_end_ns": end}
 
 
 def table_rows_json(pr: DbProbe) -> str:

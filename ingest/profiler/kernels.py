@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from tilake.errors import TilakeError
+from tilake.ingest.profiler.rows import dedupe_dump, span_columns, span_ok, span_problem, timing_counts
 from tilake.lake.duck import sql_str
 
 INVALID = 4294967295
@@ -122,8 +123,13 @@ def _kernel_strings(con, files: Dict[str, Path], aliases: List[str]) -> None:
     con.execute(f"CREATE OR REPLACE TEMP TABLE ksid AS SELECT * FROM sid WHERE id IN ({ids})")
 
 
-def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
+def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Dict[str, int],
+                  shown: Path) -> tuple:
     """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
+
+    Rows kept but counted (:mod:`.rows`) are added to ``invalid`` (``{problem: rows}``): repeated
+    TASK/COMPUTE_TASK_INFO rows, kernels whose time is invalid (their times are written NULL).
+    ``shown`` is the input path named in errors (``pr``'s file may be a private WAL copy).
 
     Compute kernels: TASK, COMPUTE_TASK_INFO (and CANN_API) are first dumped side by side to private
     Parquet files in the staging folder (:func:`_parallel_copy`), then joined on ``globalTaskId`` in
@@ -160,6 +166,11 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
             if has_cann:
                 queries["cann"] = "SELECT connectionId, name FROM s.CANN_API"
             files = _parallel_copy(con, queries, dump)
+            for key, table in (("cti", "COMPUTE_TASK_INFO"), ("task", "TASK")):
+                dropped = dedupe_dump(con, files[key], table, shown)
+                if dropped:
+                    invalid[f"{table} repeated rows (kept once)"] = dropped
+            invalid.update(timing_counts(con, files["task"], files["cti"]))
             _kernel_strings(con, files, list(strings))
             for lo, hi in _chunk_bounds(con, files["cti"], pr.rows.get("COMPUTE_TASK_INFO", 0)):
                 rng = " AND ".join([*([f"globalTaskId >= {lo}"] if lo is not None else []),
@@ -191,7 +202,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
                     )
                     SELECT {cid} AS capture_id, 'db' AS source_kind, globalTaskId AS global_task_id,
                            deviceId AS device_id, streamId AS stream_id, taskId AS task_id,
-                           startNs AS start_ns, endNs AS end_ns, endNs - startNs AS dur_ns,
+                           {span_columns('startNs', 'endNs')},
                            kernel_name, CASE WHEN raw_op_clean IS NULL THEN name_derived ELSE raw_op END AS op_type,
                            raw_op_clean IS NULL AS op_type_derived, accel_clean AS accelerator,
                            device_task_type, block_dim,
@@ -214,8 +225,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
                        "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
         sql = f"""
             SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,
-                   NULL AS stream_id, NULL AS task_id, o.startNs AS start_ns, o.endNs AS end_ns,
-                   o.endNs - o.startNs AS dur_ns, {sid_value(nm)} AS kernel_name,
+                   NULL AS stream_id, NULL AS task_id, {span_columns('o.startNs', 'o.endNs')},
+                   {sid_value(nm)} AS kernel_name,
                    CASE WHEN {sid_value(ot, 'clean')} IS NULL THEN {sid_value(nm, 'derived')} ELSE {sid_value(ot)} END AS op_type,
                    {sid_value(ot, 'clean')} IS NULL AS op_type_derived,
                    'COMMUNICATION' AS accelerator, 'HCCL' AS device_task_type, NULL AS block_dim,
@@ -226,4 +237,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
             FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
         n += writer.copy_query("kernels", sql, partition)
+        prob = span_problem("o.startNs", "o.endNs", "COMMUNICATION_OP")
+        for p, k in con.execute(f"SELECT {prob} AS p, count(*) FROM s.COMMUNICATION_OP o "
+                                f"WHERE NOT {span_ok('o.startNs', 'o.endNs')} GROUP BY p").fetchall():
+            invalid[p] = int(k)
     return compute, n

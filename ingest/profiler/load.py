@@ -24,7 +24,7 @@ from tilake.lake import schema
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
-                          readable_copy, sha256_file, table_rows_json)
+                          readable_copy, session_fields, sha256_file, table_rows_json)
 from tilake.ingest.profiler.discover import Capture
 from tilake.ingest.profiler.text import load_text
 from tilake.ingest.torch.load import ingest_trace
@@ -90,17 +90,14 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> Captu
             raise TilakeError("SQLite file holds no torch_npu profiler tables (no STRING_IDS/TASK/PYTORCH_API)",
                               path=cap.path)
         row.update(schema_variant=pr.schema_variant + ("+wal" if wal else ""), schema_version=pr.schema_version,
-                   table_rows=table_rows_json(pr), session_start_ns=pr.session[0], session_end_ns=pr.session[1])
-        start, end = pr.session
-        row["truncated"] = bool(start) and (not end or end < start)
-        if not pr.has("SESSION_TIME_INFO"):
-            row["truncated"] = None
+                   table_rows=table_rows_json(pr), **session_fields(pr, db))
         if not row.get("profiler_level") and pr.rows.get("COMPUTE_TASK_INFO"):
             row["profiler_level"] = profiler_level_from_db(db)
         # device evidence = compute kernels (COMPUTE_TASK_INFO ⋈ TASK); HCCL ops alone do not count
-        res = load_db(db, pr, w, part, row["capture_id"])
+        res = load_db(db, pr, w, part, row["capture_id"], shown=cap.path)
+        row["invalid_rows"] = json.dumps(dict(sorted(res.invalid.items())), separators=(",", ":")) if res.invalid else None
         if res.compute_kernels:
-            return CaptureResult(cap, "ok", "", res.kernels, res.host_ops, "db")
+            return CaptureResult(cap, "ok", res.invalid_note(), res.kernels, res.host_ops, "db")
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
                    else "COMPUTE_TASK_INFO ⋈ TASK has 0 rows")
         reason = (f"{missing} while host tables have {_host_rows(pr)} rows "
