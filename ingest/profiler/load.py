@@ -111,15 +111,17 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> Captu
 
 
 def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = "") -> CaptureResult:
-    nk, nh, _ns, src, evidence = load_text(cap.text_dir or cap.path, w, part, row["capture_id"])
+    n_rows, nh, _ns, src, evidence, nk = load_text(cap.text_dir or cap.path, w, part, row["capture_id"])
     if not row.get("table_rows"):  # capture health of a text export: rows read per CSV
-        counts = {src: nk} if src else {}
+        counts = {src: n_rows} if src else {}
         if nh:
             counts["operator_details.csv"] = nh
         row["table_rows"] = json.dumps(counts, separators=(",", ":"))
     if nk:
         status = "ok" if evidence == "device" else "host_fallback"
-        why = (f"{reason_prefix}device rows from {src}" if evidence == "device"
+        aggregated = (f": {nk} kernels in {n_rows} op-type rows (sum of Count); kernel names are not "
+                      "available at that level" if src == "op_statistic.csv" else "")
+        why = (f"{reason_prefix}device rows from {src}{aggregated}" if evidence == "device"
                else f"{reason_prefix}host-side fallback, not device: CANN API statistics from {src}")
         return CaptureResult(cap, status, why, nk, nh, "text")
     return CaptureResult(cap, "evidence_missing",
