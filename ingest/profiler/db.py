@@ -40,9 +40,13 @@ from tilake.lake.duck import sql_str
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 API_TYPE_OP = 50001
-BLOCK_COLUMNS = ("blockDim", "blockNum", "block_dim")
-# extra tables/columns MindStudio Insight writes into DBs it opens (reference §2.2 note)
-INSIGHT_TABLES = {"OVERLAP_ANALYSIS", "connectionCats", "status_info"}
+# the block count of COMPUTE_TASK_INFO, probed by meaning in this order (reference §0 item 3, §2.5):
+# blockNum (CANN 9.0+ holds the count; CANN 9.1 adds a new blockDim and gridDim, written 0),
+# then blockDim (CANN 8.x), then block_dim (2024-03). The first column present wins.
+BLOCK_COLUMNS = ("blockNum", "blockDim", "block_dim")
+# extra tables/columns only MindStudio Insight writes into DBs it opens (reference §2.2 note);
+# OVERLAP_ANALYSIS is not one of them: CANN 9.1's msprof writes it too (label "overlap")
+INSIGHT_TABLES = {"connectionCats", "status_info"}
 
 
 @dataclass
@@ -68,12 +72,17 @@ class DbProbe:
 
     @property
     def schema_variant(self) -> str:
-        """Short label of the schema variant, e.g. ``blockDim+insight`` or ``blockNum+opState``."""
+        """Short label of the schema variant, e.g. ``blockDim+insight`` or ``blockNum+opState+gridDim+overlap``
+        (CANN 9.1: ``OVERLAP_ANALYSIS`` without Insight's own tables/columns is the profiler's, not an edit)."""
         parts = [self.block_column or "noblock"]
         if self.has("COMPUTE_TASK_INFO", "opState"):
             parts.append("opState")
+        if self.has("COMPUTE_TASK_INFO", "gridDim"):
+            parts.append("gridDim")
         if INSIGHT_TABLES & set(self.tables) or self.has("TASK", "depth"):
             parts.append("insight")
+        elif self.has("OVERLAP_ANALYSIS"):
+            parts.append("overlap")
         if self.has("PYTORCH_CALLCHAINS"):
             parts.append("stack")
         return "+".join(parts)
