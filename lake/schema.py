@@ -90,6 +90,8 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("connection_id", "BIGINT"), ("cann_api_name", "VARCHAR"),
         ("host_op_id", "BIGINT"), ("host_op_name", "VARCHAR"), ("callchain_id", "BIGINT"),
         ("call_count", "BIGINT", "1 per device row; >1 for aggregated text rows"),
+        ("match_confidence", "VARCHAR", "how host_op_id was found: connection (TASK.connectionId ⋈ CONNECTION_IDS) | "
+                                        "name_order | order (no host links: launch order, kernel name) | NULL"),
     )),
     RawTable("host_ops", "lake",
              "One row per framework op (PYTORCH_API type 50001) or host API statistic row.",

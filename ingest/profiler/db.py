@@ -190,16 +190,18 @@ class DbResult:
     probe: Optional[DbProbe] = None
     # rows kept but counted (capture health, :mod:`.rows`): {problem: rows}
     invalid: Dict[str, int] = field(default_factory=dict)
+    # warnings for the capture's reason (host links missing …), each once
+    notes: List[str] = field(default_factory=list)
 
     def invalid_note(self) -> str:
-        """One sentence on the counted rows for the capture's reason, or ``""``."""
+        """The notes and one sentence on the counted rows, for the capture's reason, or ``""``."""
         if not self.invalid:
-            return ""
+            return "; ".join(self.notes)
         parts = ", ".join(f"{k}: {v}" for k, v in sorted(self.invalid.items()))
         timed = sum(v for k, v in self.invalid.items() if "repeated" not in k and "STRING_IDS" not in k)
         head = (f"{timed} kernels with invalid times kept for the kernel set, excluded from timings"
                 if timed else "repeated rows dropped")
-        return f"{head} ({parts})"
+        return "; ".join([*self.notes, f"{head} ({parts})"])
 
 
 def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
@@ -234,7 +236,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
             res.invalid["STRING_IDS repeated ids (same value, kept once)"] = dup
         _host_ops_table(con, pr)
         res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id,
-                                                          res.invalid, shown)
+                                                          res.invalid, shown, res.notes)
         res.host_ops = _write_host_ops(con, writer, partition, capture_id)
         if pr.has("PYTORCH_CALLCHAINS"):
             # stack is a STRING_IDS key (TEXT holding the frame itself in torch_npu 6.0.rc1)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from tilake.errors import TilakeError
+from tilake.ingest.profiler.hostmatch import links_missing, match_by_order
 from tilake.ingest.profiler.rows import dedupe_dump, span_columns, span_ok, span_problem, timing_counts
 from tilake.lake.duck import sql_str
 
@@ -124,12 +125,14 @@ def _kernel_strings(con, files: Dict[str, Path], aliases: List[str]) -> None:
 
 
 def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Dict[str, int],
-                  shown: Path) -> tuple:
+                  shown: Path, notes: List[str]) -> tuple:
     """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
 
     Rows kept but counted (:mod:`.rows`) are added to ``invalid`` (``{problem: rows}``): repeated
     TASK/COMPUTE_TASK_INFO rows, kernels whose time is invalid (their times are written NULL).
-    ``shown`` is the input path named in errors (``pr``'s file may be a private WAL copy).
+    ``shown`` is the input path named in errors (``pr``'s file may be a private WAL copy). Without
+    host links (:mod:`.hostmatch`) kernels are matched to host ops by order and name, and a line
+    saying so is appended to ``notes`` (once per capture).
 
     Compute kernels: TASK, COMPUTE_TASK_INFO (and CANN_API) are first dumped side by side to private
     Parquet files in the staging folder (:func:`_parallel_copy`), then joined on ``globalTaskId`` in
@@ -172,6 +175,17 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                     invalid[f"{table} repeated rows (kept once)"] = dropped
             invalid.update(timing_counts(con, files["task"], files["cti"]))
             _kernel_strings(con, files, list(strings))
+            by_order = links_missing(con, files["task"])
+            if by_order:
+                matched = match_by_order(con, files["task"], files["cti"])
+                notes.append(f"host links missing (no TASK.connectionId ⋈ CONNECTION_IDS): {matched} kernels "
+                             "attributed to host ops by launch order and kernel name (kernels.match_confidence)")
+            host_join = ("LEFT JOIN order_host oh ON oh.global_task_id = b.globalTaskId "
+                         "LEFT JOIN (SELECT host_op_id AS hid, name, callchain_id FROM hops) h ON h.hid = oh.host_op_id"
+                         if by_order else "")
+            host_pick = ("h.hid AS host_op_id, h.name AS host_op_name, h.callchain_id, oh.match_confidence"
+                         if by_order else "h.host_op_id, h.name AS host_op_name, h.callchain_id, "
+                         "CASE WHEN h.host_op_id IS NOT NULL THEN 'connection' END AS match_confidence")
             for lo, hi in _chunk_bounds(con, files["cti"], pr.rows.get("COMPUTE_TASK_INFO", 0)):
                 rng = " AND ".join([*([f"globalTaskId >= {lo}"] if lo is not None else []),
                                     *([f"globalTaskId < {hi}"] if hi is not None else [])]) or "true"
@@ -192,13 +206,12 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                           ON t.globalTaskId = c.globalTaskId
                     ), k AS (
                         SELECT b.*, {picks}, j_tt.value AS device_task_type, {cann_val} AS cann_api_name,
-                               h.host_op_id, h.name AS host_op_name, h.callchain_id
+                               {host_pick}
                         FROM b
                         {joins}
                         LEFT JOIN ksid j_tt ON j_tt.id = b.t_tt
                         {cann_join}
-                        LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h
-                          ON h.task_conn = b.connectionId
+                        {host_join or f"LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h ON h.task_conn = b.connectionId"}
                     )
                     SELECT {cid} AS capture_id, 'db' AS source_kind, globalTaskId AS global_task_id,
                            deviceId AS device_id, streamId AS stream_id, taskId AS task_id,
@@ -209,7 +222,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                            i_sh_clean AS input_shapes, i_dt_clean AS input_dtypes, i_fm_clean AS input_formats,
                            o_sh_clean AS output_shapes, o_dt_clean AS output_dtypes, o_fm_clean AS output_formats,
                            NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
-                           host_op_id, host_op_name, callchain_id, 1 AS call_count
+                           host_op_id, host_op_name, callchain_id, 1 AS call_count, match_confidence
                     FROM k"""
                 n += writer.copy_query("kernels", sql, partition)
         finally:
@@ -233,7 +246,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                    NULL AS input_shapes, NULL AS input_dtypes, NULL AS input_formats,
                    NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
                    NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann_val} AS cann_api_name,
-                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count
+                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count,
+                   CASE WHEN h.host_op_id IS NOT NULL THEN 'connection' END AS match_confidence
             FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
         n += writer.copy_query("kernels", sql, partition)
