@@ -30,7 +30,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
@@ -205,13 +205,15 @@ class DbResult:
 
 
 def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
-            shown: Optional[Path] = None) -> DbResult:
+            shown: Optional[Path] = None, say: Optional[Callable[[str], None]] = None) -> DbResult:
     """Write kernels, host ops, call stacks and MSTX ranges of one attached DB.
 
     Args:
         db: a path safe to open (see :func:`readable_copy`). pr: its probe.
         writer: :class:`tilake.lake.store.RunWriter`. partition: ``{"side":…, "rank":…}``.
         shown: the input file named in errors (default ``db``; differs for a private WAL copy).
+        say: progress callback, called with a short line (table being read, its row count, kernel
+            rows written so far) while the capture is read (the CLI's rich progress line).
     Returns:
         :class:`DbResult` with the row counts written and the rows kept but counted (``invalid``).
     Raises:
@@ -220,6 +222,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
     """
     con = writer.con
     shown = shown or db
+    say = say or (lambda text: None)
     res = DbResult(probe=pr)
     check_tables(pr, shown)
     con.execute("DETACH DATABASE IF EXISTS s")
@@ -227,6 +230,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
     try:
         # strings are cleaned (quotes, CR/LF, N/A) and op types derived from names once per STRING_IDS
         # row, not once per kernel row: the kernel query only picks precomputed columns
+        say(f"reading STRING_IDS ({pr.rows.get('STRING_IDS', 0):,} rows)")
         src = ("SELECT id, value FROM s.STRING_IDS" if pr.has("STRING_IDS")
                else "SELECT CAST(NULL AS BIGINT) AS id, CAST(NULL AS VARCHAR) AS value WHERE false")
         con.execute(f"CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value, {clean_text('value')} AS clean, "
@@ -234,9 +238,11 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
         dup = dedupe_strings(con, shown)
         if dup:
             res.invalid["STRING_IDS repeated ids (same value, kept once)"] = dup
+        say(f"reading PYTORCH_API ({pr.rows.get('PYTORCH_API', 0):,} rows)")
         _host_ops_table(con, pr)
         res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id,
-                                                          res.invalid, shown, res.notes)
+                                                          res.invalid, shown, res.notes, say)
+        say(f"{res.kernels:,} kernels written; host ops, call stacks, MSTX")
         res.host_ops = _write_host_ops(con, writer, partition, capture_id)
         if pr.has("PYTORCH_CALLCHAINS"):
             # stack is a STRING_IDS key (TEXT holding the frame itself in torch_npu 6.0.rc1)

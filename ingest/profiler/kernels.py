@@ -125,7 +125,7 @@ def _kernel_strings(con, files: Dict[str, Path], aliases: List[str]) -> None:
 
 
 def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Dict[str, int],
-                  shown: Path, notes: List[str]) -> tuple:
+                  shown: Path, notes: List[str], say=lambda text: None) -> tuple:
     """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
 
     Rows kept but counted (:mod:`.rows`) are added to ``invalid`` (``{problem: rows}``): repeated
@@ -168,6 +168,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
             }
             if has_cann:
                 queries["cann"] = "SELECT connectionId, name FROM s.CANN_API"
+            say(" · ".join(f"reading {t} ({pr.rows.get(t, 0):,} rows)" for t in
+                           ("TASK", "COMPUTE_TASK_INFO", *(["CANN_API"] if has_cann else []))))
             files = _parallel_copy(con, queries, dump)
             for key, table in (("cti", "COMPUTE_TASK_INFO"), ("task", "TASK")):
                 dropped = dedupe_dump(con, files[key], table, shown)
@@ -186,7 +188,9 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
             host_pick = ("h.hid AS host_op_id, h.name AS host_op_name, h.callchain_id, oh.match_confidence"
                          if by_order else "h.host_op_id, h.name AS host_op_name, h.callchain_id, "
                          "CASE WHEN h.host_op_id IS NOT NULL THEN 'connection' END AS match_confidence")
-            for lo, hi in _chunk_bounds(con, files["cti"], pr.rows.get("COMPUTE_TASK_INFO", 0)):
+            total = pr.rows.get("COMPUTE_TASK_INFO", 0)
+            for lo, hi in _chunk_bounds(con, files["cti"], total):
+                say(f"joining kernels: {n:,}/{total:,} rows written")
                 rng = " AND ".join([*([f"globalTaskId >= {lo}"] if lo is not None else []),
                                     *([f"globalTaskId < {hi}"] if hi is not None else [])]) or "true"
                 # the connection ids of this range's tasks bound the CANN_API / host-op rows joined to it
@@ -229,6 +233,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
             shutil.rmtree(dump, ignore_errors=True)
     compute = n
     if pr.has("COMMUNICATION_OP"):
+        say(f"{n:,} kernels written; reading COMMUNICATION_OP ({pr.rows.get('COMMUNICATION_OP', 0):,} rows)")
         jn, nm = sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn", only_used=True)
         jt, ot = sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt", only_used=True)
         dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"

@@ -70,20 +70,20 @@ def _host_rows(pr) -> int:
     return sum(pr.rows.get(t, 0) for t in ("PYTORCH_API", "CANN_API"))
 
 
-def _ingest_db(cap: Capture, w, part: Dict, row: Dict) -> CaptureResult:
+def _ingest_db(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResult:
     wal = check_header(cap.path)
     row.update(size_bytes=file_size(cap.path))
     # hash the input in a thread while DuckDB reads it (hashlib releases the GIL on large blocks)
     hasher = ThreadPoolExecutor(max_workers=1)
     digest = hasher.submit(sha256_file, cap.path)
     try:
-        return _ingest_db_inner(cap, w, part, row, wal)
+        return _ingest_db_inner(cap, w, part, row, wal, say)
     finally:
         row["sha256"] = digest.result()
         hasher.shutdown()
 
 
-def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> CaptureResult:
+def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None) -> CaptureResult:
     with readable_copy(cap.path, wal) as db:
         pr = probe(db)
         if not pr.has("STRING_IDS") and not pr.has("TASK") and not pr.has("PYTORCH_API"):
@@ -94,7 +94,7 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> Captu
         if not row.get("profiler_level") and pr.rows.get("COMPUTE_TASK_INFO"):
             row["profiler_level"] = profiler_level_from_db(db)
         # device evidence = compute kernels (COMPUTE_TASK_INFO ⋈ TASK); HCCL ops alone do not count
-        res = load_db(db, pr, w, part, row["capture_id"], shown=cap.path)
+        res = load_db(db, pr, w, part, row["capture_id"], shown=cap.path, say=say)
         row["invalid_rows"] = json.dumps(dict(sorted(res.invalid.items())), separators=(",", ":")) if res.invalid else None
         if res.compute_kernels:
             return CaptureResult(cap, "ok", res.invalid_note(), res.kernels, res.host_ops, "db")
@@ -162,7 +162,8 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                 row = {"capture_id": cap.capture_id, "path": str(cap.path), "source_kind": cap.kind,
                        "profiler_level": cap.level}
                 if cap.kind == "db":
-                    res = _ingest_db(cap, w, part, row)
+                    res = _ingest_db(cap, w, part, row, say=lambda text, cap=cap: bar.update(
+                        task, description=f"{cap.side} rank {cap.rank}: {text}"))
                 elif cap.kind == "text":
                     res = _ingest_text(cap, w, part, row)
                 elif cap.kind == "trace":

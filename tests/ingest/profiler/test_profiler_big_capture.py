@@ -78,3 +78,22 @@ def test_memory_limit_option(tmp_path, monkeypatch):
     monkeypatch.setenv(settings.MEMORY_LIMIT, "300MB")  # the option's value overrides the variable
     r = CliRunner().invoke(main, ["ingest", str(tmp_path / "none"), "--memory-limit", "320MB", "--lake", str(tmp_path / "l")])
     assert settings.memory_limit() == "320MB"
+
+
+def test_progress_lines_name_tables_and_row_counts(tmp_path):
+    """While a DB is read, the progress line names the table being read with its row count, then the
+    kernel rows written so far (BR-22: not only a bar per capture at the end)."""
+    from tilake.ingest.profiler.load import _ingest_db
+    from tilake.lake import schema
+
+    db = tmp_path / "train" / "ascend_pytorch_profiler_0.db"
+    write_big_db(db, 5000)
+    cap = explicit(db, "train")[0]
+    lines = []
+    with Lake(tmp_path / "lake").write_run("p", schema.PROFILE_TABLES) as w:
+        res = _ingest_db(cap, w, {"side": "train", "rank": 0}, {"capture_id": cap.capture_id}, say=lines.append)
+    assert res.kernels >= 5000
+    assert "reading STRING_IDS (" in lines[0]
+    assert "reading TASK (5,000 rows) · reading COMPUTE_TASK_INFO (5,000 rows)" in " | ".join(lines)
+    assert "joining kernels: 0/5,000 rows written" in lines
+    assert any(x.startswith("5,000 kernels written") for x in lines)
