@@ -52,13 +52,19 @@ INSIGHT_TABLES = {"connectionCats", "status_info"}
 @dataclass
 class DbProbe:
     """What a DB holds: ``tables`` (name → list of column names), ``rows`` (name → count),
-    ``schema_version``, ``session`` (start_ns, end_ns), ``journal_wal``."""
+    ``schema_version``, ``session`` (start_ns, end_ns), ``journal_wal``, ``keys`` (PRIMARY KEY columns)."""
 
     tables: Dict[str, List[str]] = field(default_factory=dict)
     rows: Dict[str, int] = field(default_factory=dict)
     schema_version: Optional[str] = None
     session: tuple = (None, None)
     journal_wal: bool = False
+    # table → its PRIMARY KEY columns (real DDL: STRING_IDS.id, COMPUTE_TASK_INFO.globalTaskId; TASK has none)
+    keys: Dict[str, List[str]] = field(default_factory=dict)
+
+    def unique(self, table: str, column: str) -> bool:
+        """Whether the DDL guarantees one row per ``column`` (it is the table's single PRIMARY KEY)."""
+        return self.keys.get(table) == [column]
 
     def has(self, table: str, column: Optional[str] = None) -> bool:
         """Whether the table (and column) exists."""
@@ -163,7 +169,9 @@ def probe(path: Path) -> DbProbe:
         try:
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
             for n in names:
-                p.tables[n] = [r[1] for r in con.execute(f'PRAGMA table_info("{n}")')]
+                info = con.execute(f'PRAGMA table_info("{n}")').fetchall()
+                p.tables[n] = [r[1] for r in info]
+                p.keys[n] = [r[1] for r in info if r[5]]
                 p.rows[n] = con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]
             if "META_DATA" in p.tables:
                 r = con.execute("SELECT value FROM META_DATA WHERE name='SCHEMA_VERSION'").fetchone()
@@ -235,7 +243,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
                else "SELECT CAST(NULL AS BIGINT) AS id, CAST(NULL AS VARCHAR) AS value WHERE false")
         con.execute(f"CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value, {clean_text('value')} AS clean, "
                     f"{derived_op_type('value')} AS derived FROM ({src})")
-        dup = dedupe_strings(con, shown)
+        dup = 0 if pr.unique("STRING_IDS", "id") else dedupe_strings(con, shown)
         if dup:
             res.invalid["STRING_IDS repeated ids (same value, kept once)"] = dup
         say(f"reading PYTORCH_API ({pr.rows.get('PYTORCH_API', 0):,} rows)")

@@ -37,12 +37,13 @@ WINDOW = 64
 
 
 def links_missing(con, task_file: Path) -> bool:
-    """True when no task carries a usable connection id or ``conn_host`` is empty (and host ops exist)."""
-    linked = con.execute(f"SELECT count(*) FROM read_parquet({sql_str(task_file)}) "
-                         "WHERE connectionId IS NOT NULL AND connectionId <> 4294967295").fetchone()[0]
+    """True when tasks and host ops exist but no task carries a usable connection id or ``conn_host``
+    is empty."""
+    tasks, linked = con.execute(f"SELECT count(*), count(*) FILTER (WHERE connectionId IS NOT NULL AND "
+                                f"connectionId <> 4294967295) FROM read_parquet({sql_str(task_file)})").fetchone()
     hosts = con.execute("SELECT count(*) FROM hops").fetchone()[0]
     mapped = con.execute("SELECT count(*) FROM conn_host").fetchone()[0]
-    return hosts > 0 and (linked == 0 or mapped == 0)
+    return tasks > 0 and hosts > 0 and (linked == 0 or mapped == 0)
 
 
 def _walk(seq: List[tuple], hosts: List[tuple]) -> List[tuple]:
@@ -108,6 +109,10 @@ def match_by_order(con, task_file: Path, cti_file: Path) -> int:
         by_stream.setdefault(k[1], []).append(k)
     for seq in by_stream.values():
         out.extend(_walk(seq, hosts))
+    if not out:
+        con.execute("CREATE OR REPLACE TEMP TABLE order_host (global_task_id BIGINT, host_op_id BIGINT, "
+                    "match_confidence VARCHAR)")
+        return 0
     csv_path = Path(task_file).parent / "order_host.csv"
     with open(csv_path, "w", encoding="utf-8") as f:
         f.writelines(f"{g},{h},{c}\n" for g, h, c in out)
