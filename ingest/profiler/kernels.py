@@ -199,6 +199,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                     f"SELECT min(connectionId), max(connectionId) FROM read_parquet({sql_str(files['task'])}) "
                     f"WHERE {rng} AND connectionId <> CAST({INVALID} AS BIGINT)").fetchone()
                 conn_rng = (f"BETWEEN {int(cmin)} AND {int(cmax)}" if cmin is not None else "IS NULL")
+                host_link = host_join or (f"LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h "
+                                          "ON h.task_conn = b.connectionId")
                 cann_join = (f"LEFT JOIN (SELECT connectionId, name FROM read_parquet({sql_str(files['cann'])}) "
                              f"WHERE connectionId {conn_rng}) ca "
                              "ON ca.connectionId = b.connectionId LEFT JOIN sid j_cann ON j_cann.id = ca.name"
@@ -216,7 +218,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                         {joins}
                         LEFT JOIN ksid j_tt ON j_tt.id = b.t_tt
                         {cann_join}
-                        {host_join or f"LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h ON h.task_conn = b.connectionId"}
+                        {host_link}
                     )
                     SELECT {cid} AS capture_id, 'db' AS source_kind, globalTaskId AS global_task_id,
                            deviceId AS device_id, streamId AS stream_id, taskId AS task_id,
