@@ -152,6 +152,9 @@ PROFILE_OPTIONS = [
                  help="key=value label stored with the run (repeatable)."),
     click.option("--allow-missing", is_flag=True,
                  help="Record sides without device evidence as evidence_missing instead of failing."),
+    click.option("--memory-limit", envvar=settings.MEMORY_LIMIT, show_envvar=True, expose_value=False,
+                 callback=lambda c, p, v: v and settings.set_memory_limit(v),
+                 help="DuckDB memory limit per ingest process, e.g. 2GB (default: RAM/4, 256MiB..2GiB)."),
 ]
 
 

@@ -2,7 +2,7 @@
 
 Each switch is a constant naming the variable, with a comment, and exactly one reader function
 below it; no other module reads ``os.environ`` for a ``TILAKE_*`` switch. A bottom-floor module
-(beside :mod:`tilake.files`): it imports nothing of tilake.
+(beside :mod:`tilake.files`): it imports only :mod:`tilake.errors`.
 
 The NPU seam's child script prints three markers on stdout that look like switches but are not
 read from the environment: ``TILAKE_PROBE <json>`` (the probe's result line),
@@ -14,7 +14,10 @@ its tests share one spelling (:data:`PROBE_MARKER`, :data:`NO_EXPORT_TYPE_MARKER
 from __future__ import annotations
 
 import os
+import re
 from typing import Mapping, Optional
+
+from tilake.errors import TilakeError
 
 # the lake folder when no --lake is given (the CLI's --lake option also names it as its envvar)
 LAKE = "TILAKE_LAKE"
@@ -24,6 +27,13 @@ DEFAULT_LAKE = "./tilake-lake"
 # shared host one thread measured 4x faster than two, OpenMP spin contention)
 THREADS = "TILAKE_THREADS"
 DEFAULT_THREADS = 1
+
+# DuckDB memory limit of every tilake connection (DuckDB size text: 700MB, 2GB, 1.5GiB); the ingest CLI's
+# --memory-limit option sets it for the process. Default: a quarter of this machine's RAM, clamped
+# to 256 MiB .. 2 GiB (DuckDB spills joins/sorts above it to a private temp folder, see lake/duck.py)
+MEMORY_LIMIT = "TILAKE_MEMORY_LIMIT"
+MEMORY_LIMIT_MIN_MIB, MEMORY_LIMIT_MAX_MIB = 256, 2048
+_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
 
 # stdout markers of the NPU seam's child script (not environment variables, see the module docstring)
 PROBE_MARKER = "TILAKE_PROBE"
@@ -44,3 +54,44 @@ def threads(env: Optional[Mapping[str, str]] = None) -> int:
         return max(1, int(env.get(THREADS, DEFAULT_THREADS)))
     except ValueError:
         return DEFAULT_THREADS
+
+
+def default_memory_limit() -> str:
+    """A quarter of physical RAM (``os.sysconf``), clamped to 256 MiB .. 2 GiB, as ``'<n>MiB'``."""
+    try:
+        total_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): the upper bound
+        total_mib = 4 * MEMORY_LIMIT_MAX_MIB
+    return f"{max(MEMORY_LIMIT_MIN_MIB, min(MEMORY_LIMIT_MAX_MIB, total_mib // 4))}MiB"
+
+
+def check_memory_limit(value: str, where: str = MEMORY_LIMIT) -> str:
+    """``value`` stripped if it is a DuckDB size (``700MB``, ``2GB``, ``1.5GiB``).
+
+    Raises:
+        TilakeError: any other text, naming ``where`` (the variable or option).
+    """
+    if not _SIZE.match(str(value)):
+        raise TilakeError(f"{where}={value!r} is not a memory size (e.g. 700MB, 2GB, 1.5GiB)")
+    return str(value).strip()
+
+
+def set_memory_limit(value: str) -> None:
+    """Validate ``value`` and export it as ``$TILAKE_MEMORY_LIMIT`` for this process and its children
+    (the ``--memory-limit`` option; worker processes inherit it).
+
+    Raises:
+        TilakeError: not a size.
+    """
+    os.environ[MEMORY_LIMIT] = check_memory_limit(value, "--memory-limit")
+
+
+def memory_limit(env: Optional[Mapping[str, str]] = None) -> str:
+    """``$TILAKE_MEMORY_LIMIT`` (validated) if set and not empty, else :func:`default_memory_limit`.
+
+    Raises:
+        TilakeError: the variable is set to something that is not a size.
+    """
+    env = os.environ if env is None else env
+    value = env.get(MEMORY_LIMIT)
+    return check_memory_limit(value) if value else default_memory_limit()

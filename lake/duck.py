@@ -3,16 +3,28 @@
 The extension file ships in the ``duckdb-extension-sqlite-scanner`` package
 (``duckdb_extension_sqlite_scanner/extensions/v<version>/sqlite_scanner.duckdb_extension``);
 auto-install and auto-load are switched off so no network access can happen at run time.
+
+Memory and spilling: every connection gets the memory limit of :func:`tilake.settings.memory_limit`
+and its own spill folder under one private per-process folder, both set once when the connection
+opens. DuckDB refuses to change ``temp_directory`` once a connection has spilled ("Cannot switch
+temporary directory after the current one has been used", BR-22), and two database instances
+writing the same folder clash on file names, so neither is ever changed later.
 """
 from __future__ import annotations
 
+import atexit
 import glob
+import itertools
 import os
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 from typing import Optional, Union
 
 import duckdb
 
+from tilake import settings
 from tilake.errors import TilakeError
 
 _NO_NETWORK = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
@@ -39,6 +51,22 @@ def sqlite_extension_path() -> str:
     return found[-1]
 
 
+_SPILL_LOCK = threading.Lock()
+_SPILL = {"root": None, "pid": None}
+_SPILL_SEQ = itertools.count()
+
+
+def spill_root() -> Path:
+    """This process's private spill folder (``$TMPDIR/tilake-spill-*``), created on first use and
+    removed when the process exits; a forked child gets its own."""
+    with _SPILL_LOCK:
+        if _SPILL["root"] is None or _SPILL["pid"] != os.getpid():
+            root = Path(tempfile.mkdtemp(prefix="tilake-spill-"))
+            _SPILL.update(root=root, pid=os.getpid())
+            atexit.register(shutil.rmtree, root, True)
+        return _SPILL["root"]
+
+
 def connect(database: Optional[Union[str, Path]] = None, read_only: bool = False,
             sqlite: bool = False) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB connection with network extension loading disabled.
@@ -48,10 +76,14 @@ def connect(database: Optional[Union[str, Path]] = None, read_only: bool = False
         read_only: open the file read-only (reports and ``tilake sql`` use this).
         sqlite: load the SQLite scanner from its wheel.
     Returns:
-        A DuckDB connection.
+        A DuckDB connection whose memory limit (:func:`tilake.settings.memory_limit`) and spill
+        folder (one per connection under :func:`spill_root`) are fixed for its lifetime.
+    Raises:
+        TilakeError: ``$TILAKE_MEMORY_LIMIT`` is not a size.
     """
-    con = duckdb.connect(str(database) if database else ":memory:", read_only=read_only,
-                         config=dict(_NO_NETWORK))
+    spill = spill_root() / f"c{next(_SPILL_SEQ)}"
+    config = dict(_NO_NETWORK, memory_limit=settings.memory_limit(), temp_directory=str(spill))
+    con = duckdb.connect(str(database) if database else ":memory:", read_only=read_only, config=config)
     if sqlite:
         con.execute(f"LOAD '{sqlite_extension_path()}'")
     return con

@@ -84,6 +84,8 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("kernels_outside_steps", "BIGINT", "kernel calls launched outside every step (kept)"),
         ("open_tail_kernels", "BIGINT", "kernel calls launched after the last step ended (kept)"),
         ("parallel_groups", "VARCHAR", "JSON {group name: global ranks} from profiler_metadata.json"),
+        ("invalid_rows", "VARCHAR", "JSON {problem: rows} of rows kept but counted (invalid kernel times "
+                                    "excluded from timings, repeated rows kept once); NULL when none"),
     )),
     RawTable("kernels", "lake",
              "One row per device kernel (TASK joined to COMPUTE_TASK_INFO, plus COMMUNICATION_OP) "
@@ -100,6 +102,8 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("host_op_id", "BIGINT"), ("host_op_name", "VARCHAR"), ("callchain_id", "BIGINT"),
         ("call_count", "BIGINT", "1 per device row; >1 for aggregated text rows"),
         ("step", "INTEGER", "profiler step (N of ProfilerStep#N) whose host range holds the launch; NULL: none"),
+        ("match_confidence", "VARCHAR", "how host_op_id was found: connection (TASK.connectionId ⋈ CONNECTION_IDS) | "
+                                        "name_order | order (no host links: launch order, kernel name) | NULL"),
     )),
     RawTable("host_ops", "lake",
              "One row per framework op (PYTORCH_API type 50001) or host API statistic row.",

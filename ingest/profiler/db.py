@@ -30,30 +30,41 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
 from tilake.ingest.profiler.names import clean_text, derived_op_type
+from tilake.ingest.profiler.rows import check_tables, dedupe_strings, explain
 from tilake.lake.duck import sql_str
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 API_TYPE_OP = 50001
-BLOCK_COLUMNS = ("blockDim", "blockNum", "block_dim")
-# extra tables/columns MindStudio Insight writes into DBs it opens (reference §2.2 note)
-INSIGHT_TABLES = {"OVERLAP_ANALYSIS", "connectionCats", "status_info"}
+# the block count of COMPUTE_TASK_INFO, probed by meaning in this order (reference §0 item 3, §2.5):
+# blockNum (CANN 9.0+ holds the count; CANN 9.1 adds a new blockDim and gridDim, written 0),
+# then blockDim (CANN 8.x), then block_dim (2024-03). The first column present wins.
+BLOCK_COLUMNS = ("blockNum", "blockDim", "block_dim")
+# extra tables/columns only MindStudio Insight writes into DBs it opens (reference §2.2 note);
+# OVERLAP_ANALYSIS is not one of them: CANN 9.1's msprof writes it too (label "overlap")
+INSIGHT_TABLES = {"connectionCats", "status_info"}
 
 
 @dataclass
 class DbProbe:
     """What a DB holds: ``tables`` (name → list of column names), ``rows`` (name → count),
-    ``schema_version``, ``session`` (start_ns, end_ns), ``journal_wal``."""
+    ``schema_version``, ``session`` (start_ns, end_ns), ``journal_wal``, ``keys`` (PRIMARY KEY columns)."""
 
     tables: Dict[str, List[str]] = field(default_factory=dict)
     rows: Dict[str, int] = field(default_factory=dict)
     schema_version: Optional[str] = None
     session: tuple = (None, None)
     journal_wal: bool = False
+    # table → its PRIMARY KEY columns (real DDL: STRING_IDS.id, COMPUTE_TASK_INFO.globalTaskId; TASK has none)
+    keys: Dict[str, List[str]] = field(default_factory=dict)
+
+    def unique(self, table: str, column: str) -> bool:
+        """Whether the DDL guarantees one row per ``column`` (it is the table's single PRIMARY KEY)."""
+        return self.keys.get(table) == [column]
 
     def has(self, table: str, column: Optional[str] = None) -> bool:
         """Whether the table (and column) exists."""
@@ -67,12 +78,17 @@ class DbProbe:
 
     @property
     def schema_variant(self) -> str:
-        """Short label of the schema variant, e.g. ``blockDim+insight`` or ``blockNum+opState``."""
+        """Short label of the schema variant, e.g. ``blockDim+insight`` or ``blockNum+opState+gridDim+overlap``
+        (CANN 9.1: ``OVERLAP_ANALYSIS`` without Insight's own tables/columns is the profiler's, not an edit)."""
         parts = [self.block_column or "noblock"]
         if self.has("COMPUTE_TASK_INFO", "opState"):
             parts.append("opState")
+        if self.has("COMPUTE_TASK_INFO", "gridDim"):
+            parts.append("gridDim")
         if INSIGHT_TABLES & set(self.tables) or self.has("TASK", "depth"):
             parts.append("insight")
+        elif self.has("OVERLAP_ANALYSIS"):
+            parts.append("overlap")
         if self.has("PYTORCH_CALLCHAINS"):
             parts.append("stack")
         return "+".join(parts)
@@ -153,7 +169,9 @@ def probe(path: Path) -> DbProbe:
         try:
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
             for n in names:
-                p.tables[n] = [r[1] for r in con.execute(f'PRAGMA table_info("{n}")')]
+                info = con.execute(f'PRAGMA table_info("{n}")').fetchall()
+                p.tables[n] = [r[1] for r in info]
+                p.keys[n] = [r[1] for r in info if r[5]]
                 p.rows[n] = con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0]
             if "META_DATA" in p.tables:
                 r = con.execute("SELECT value FROM META_DATA WHERE name='SCHEMA_VERSION'").fetchone()
@@ -178,35 +196,61 @@ class DbResult:
     call_stacks: int = 0
     mstx: int = 0
     probe: Optional[DbProbe] = None
+    # rows kept but counted (capture health, :mod:`.rows`): {problem: rows}
+    invalid: Dict[str, int] = field(default_factory=dict)
+    # warnings for the capture's reason (host links missing …), each once
+    notes: List[str] = field(default_factory=list)
+
+    def invalid_note(self) -> str:
+        """The notes and one sentence on the counted rows, for the capture's reason, or ``""``."""
+        if not self.invalid:
+            return "; ".join(self.notes)
+        parts = ", ".join(f"{k}: {v}" for k, v in sorted(self.invalid.items()))
+        timed = sum(v for k, v in self.invalid.items() if "repeated" not in k and "STRING_IDS" not in k)
+        head = (f"{timed} kernels with invalid times kept for the kernel set, excluded from timings"
+                if timed else "repeated rows dropped")
+        return "; ".join([*self.notes, f"{head} ({parts})"])
 
 
-def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> DbResult:
+def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
+            shown: Optional[Path] = None, say: Optional[Callable[[str], None]] = None) -> DbResult:
     """Write kernels, host ops, call stacks and MSTX ranges of one attached DB.
 
     Args:
         db: a path safe to open (see :func:`readable_copy`). pr: its probe.
         writer: :class:`tilake.lake.store.RunWriter`. partition: ``{"side":…, "rank":…}``.
+        shown: the input file named in errors (default ``db``; differs for a private WAL copy).
+        say: progress callback, called with a short line (table being read, its row count, kernel
+            rows written so far) while the capture is read (the CLI's rich progress line).
     Returns:
-        :class:`DbResult` with the row counts written.
+        :class:`DbResult` with the row counts written and the rows kept but counted (``invalid``).
     Raises:
-        TilakeError: the SQLite scanner cannot read a required table (malformed file).
+        TilakeError: the SQLite scanner cannot read a required table (malformed file); a row kind
+            that is refused (:mod:`.rows`: no STRING_IDS, ambiguous ids, non-UTF-8 text).
     """
     con = writer.con
+    shown = shown or db
+    say = say or (lambda text: None)
     res = DbResult(probe=pr)
-    con.execute("SET memory_limit='700MB'")
-    spill = tempfile.mkdtemp(prefix="tilake-spill-")  # private: concurrent DuckDB processes clash in /tmp
-    con.execute(f"SET temp_directory={sql_str(spill)}")
+    check_tables(pr, shown)
     con.execute("DETACH DATABASE IF EXISTS s")
     con.execute(f"ATTACH {sql_str(db)} AS s (TYPE sqlite, READ_ONLY)")
     try:
         # strings are cleaned (quotes, CR/LF, N/A) and op types derived from names once per STRING_IDS
         # row, not once per kernel row: the kernel query only picks precomputed columns
+        say(f"reading STRING_IDS ({pr.rows.get('STRING_IDS', 0):,} rows)")
         src = ("SELECT id, value FROM s.STRING_IDS" if pr.has("STRING_IDS")
                else "SELECT CAST(NULL AS BIGINT) AS id, CAST(NULL AS VARCHAR) AS value WHERE false")
         con.execute(f"CREATE OR REPLACE TEMP TABLE sid AS SELECT id, value, {clean_text('value')} AS clean, "
                     f"{derived_op_type('value')} AS derived FROM ({src})")
+        dup = 0 if pr.unique("STRING_IDS", "id") else dedupe_strings(con, shown)
+        if dup:
+            res.invalid["STRING_IDS repeated ids (same value, kept once)"] = dup
+        say(f"reading PYTORCH_API ({pr.rows.get('PYTORCH_API', 0):,} rows)")
         _host_ops_table(con, pr)
-        res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id)
+        res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id,
+                                                          res.invalid, shown, res.notes, say)
+        say(f"{res.kernels:,} kernels written; host ops, call stacks, MSTX")
         res.host_ops = _write_host_ops(con, writer, partition, capture_id)
         if pr.has("PYTORCH_CALLCHAINS"):
             # stack is a STRING_IDS key (TEXT holding the frame itself in torch_npu 6.0.rc1)
@@ -217,7 +261,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
                 "LEFT JOIN sid jf ON jf.id = TRY_CAST(c.stack AS BIGINT)",
                 partition)
         if pr.has("MSTX_EVENTS", "eventType"):
-            jm, m = sid_join(pr, "MSTX_EVENTS", "message", "e", "jm")
+            jm, m = sid_join(pr, "MSTX_EVENTS", "message", "e", "jm", only_used=True)
             res.mstx = writer.copy_query(
                 "mstx_ranges",
                 f"SELECT {sql_str(capture_id)} AS capture_id, {sid_value(m)} AS message, "
@@ -228,13 +272,15 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str) -> 
     except Exception as exc:  # duckdb errors on malformed pages or mismatched types
         if type(exc).__name__ == "InterruptException" or str(exc).startswith("Query interrupted"):
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
-        raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=db) from exc
+        better = explain(exc, db, shown)
+        if better is not None:
+            raise better from exc
+        raise TilakeError(f"cannot read profiler tables ({str(exc).splitlines()[0]})", path=shown) from exc
     finally:
         try:
             con.execute("DETACH DATABASE IF EXISTS s")
         except Exception:  # connection invalidated by a fatal DuckDB error: the writer reopens one
             writer._con = None
-        shutil.rmtree(spill, ignore_errors=True)
     return res
 
 
@@ -331,6 +377,29 @@ def profiler_level_from_db(con_path: Path) -> Optional[str]:
     if r and r[0] and r[0] == r[1]:
         return "Level0"
     return None
+
+
+def session_fields(pr: DbProbe, db: Path) -> Dict:
+    """Capture-health session columns: ``truncated``, ``session_start_ns``, ``session_end_ns``.
+
+    A capture stopped while recording has ``SESSION_TIME_INFO.endTimeNs`` NULL (or before the
+    start): it is marked truncated and its end is the largest valid observed TASK end
+    (``0 <= startNs <= endNs``; BR-24), not left NULL. No SESSION_TIME_INFO: truncated unknown (NULL).
+    """
+    start, end = pr.session
+    if not pr.has("SESSION_TIME_INFO"):
+        return {"truncated": None, "session_start_ns": start, "session_end_ns": end}
+    truncated = bool(start) and (not end or end < start)
+    if truncated and pr.has("TASK", "endNs"):
+        uri = "file:" + str(db.resolve()) + "?mode=ro&immutable=1"
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            end = con.execute("SELECT max(endNs) FROM TASK WHERE startNs >= 0 AND endNs >= startNs").fetchone()[0]
+        except sqlite3.DatabaseError:
+            end = None
+        finally:
+            con.close()
+    return {"truncated": truncated, "session_start_ns": start, "session_end_ns": end}
 
 
 def table_rows_json(pr: DbProbe) -> str:

@@ -19,23 +19,27 @@ from pathlib import Path
 from typing import Dict, List
 
 from tilake.errors import TilakeError
+from tilake.ingest.profiler.hostmatch import links_missing, match_by_order
+from tilake.ingest.profiler.rows import dedupe_dump, span_columns, span_ok, span_problem, timing_counts
 from tilake.lake.duck import sql_str
 
 INVALID = 4294967295
 """msprof/torch_npu ``DB_INVALID_VALUE``: an id column that points nowhere."""
 
 
-def sid_join(pr, table: str, col: str, src: str, alias: str) -> tuple:
+def sid_join(pr, table: str, col: str, src: str, alias: str, only_used: bool = False) -> tuple:
     """Decode ``src.col`` (a STRING_IDS key) with a LEFT JOIN on the in-memory ``sid`` copy.
 
     ``pr`` is the file's :class:`tilake.ingest.profiler.db.DbProbe`. Returns ``(join clause, alias)``;
     ``("", None)`` when the column is absent. Read ``alias.value`` / ``.clean`` / ``.derived`` (see
     :func:`tilake.ingest.profiler.db.load_db`). Joins, never correlated scalar subqueries: those cost
-    ~28× on large tables (bench/README.md).
+    ~28× on large tables (bench/README.md). ``only_used`` (small tables such as COMMUNICATION_OP):
+    hash only the strings the column uses, not all of STRING_IDS (millions of rows in big captures).
     """
     if not pr.has(table, col):
         return "", None
-    return f'LEFT JOIN sid {alias} ON {alias}.id = {src}."{col}"', alias
+    target = f'(SELECT * FROM sid WHERE id IN (SELECT "{col}" FROM s."{table}"))' if only_used else "sid"
+    return f'LEFT JOIN {target} {alias} ON {alias}.id = {src}."{col}"', alias
 
 
 def sid_value(alias: "str | None", field: str = "value") -> str:
@@ -107,8 +111,28 @@ def _chunk_bounds(con, cti: Path, rows: int) -> List[tuple]:
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
+def _kernel_strings(con, files: Dict[str, Path], aliases: List[str]) -> None:
+    """Temp table ``ksid``: the ``sid`` rows that the dumped kernel columns point at.
+
+    The kernel query joins decoded strings ten times; joining the whole STRING_IDS copy (millions of
+    rows of unrelated host strings in big captures) built ten hash tables of it and ran out of
+    memory under a few hundred MB (BR-22). The ids a kernel uses are a few thousand.
+    """
+    cti = sql_str(files["cti"])
+    ids = " UNION ".join([f"SELECT DISTINCT c_{a} AS id FROM read_parquet({cti})" for a in aliases]
+                         + [f"SELECT DISTINCT t_tt AS id FROM read_parquet({sql_str(files['task'])})"])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE ksid AS SELECT * FROM sid WHERE id IN ({ids})")
+
+
+def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Dict[str, int],
+                  shown: Path, notes: List[str], say=lambda text: None) -> tuple:
     """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
+
+    Rows kept but counted (:mod:`.rows`) are added to ``invalid`` (``{problem: rows}``): repeated
+    TASK/COMPUTE_TASK_INFO rows, kernels whose time is invalid (their times are written NULL).
+    ``shown`` is the input path named in errors (``pr``'s file may be a private WAL copy). Without
+    host links (:mod:`.hostmatch`) kernels are matched to host ops by order and name, and a line
+    saying so is appended to ``notes`` (once per capture).
 
     Compute kernels: TASK, COMPUTE_TASK_INFO (and CANN_API) are first dumped side by side to private
     Parquet files in the staging folder (:func:`_parallel_copy`), then joined on ``globalTaskId`` in
@@ -130,7 +154,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
         strings = {"kernel_name": "name", "raw_op": "opType", "accel": "taskType", "i_sh": "inputShapes",
                    "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
                    "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
-        joins = "\n".join(f"LEFT JOIN sid j_{a} ON j_{a}.id = b.c_{a}" for a in strings)
+        joins = "\n".join(f"LEFT JOIN ksid j_{a} ON j_{a}.id = b.c_{a}" for a in strings)
         picks = ", ".join(f"j_{a}.value AS {a}, j_{a}.clean AS {a}_clean" for a in strings)
         picks += ", j_kernel_name.derived AS name_derived"
         base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
@@ -144,8 +168,30 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
             }
             if has_cann:
                 queries["cann"] = "SELECT connectionId, name FROM s.CANN_API"
+            say(" · ".join(f"reading {t} ({pr.rows.get(t, 0):,} rows)" for t in
+                           ("TASK", "COMPUTE_TASK_INFO", *(["CANN_API"] if has_cann else []))))
             files = _parallel_copy(con, queries, dump)
-            for lo, hi in _chunk_bounds(con, files["cti"], pr.rows.get("COMPUTE_TASK_INFO", 0)):
+            for key, table in (("cti", "COMPUTE_TASK_INFO"), ("task", "TASK")):
+                # a globalTaskId PRIMARY KEY (real COMPUTE_TASK_INFO DDL) cannot repeat: no check needed
+                dropped = 0 if pr.unique(table, "globalTaskId") else dedupe_dump(con, files[key], table, shown)
+                if dropped:
+                    invalid[f"{table} repeated rows (kept once)"] = dropped
+            invalid.update(timing_counts(con, files["task"], files["cti"]))
+            _kernel_strings(con, files, list(strings))
+            by_order = links_missing(con, files["task"])
+            if by_order:
+                matched = match_by_order(con, files["task"], files["cti"])
+                notes.append(f"host links missing (no TASK.connectionId ⋈ CONNECTION_IDS): {matched} kernels "
+                             "attributed to host ops by launch order and kernel name (kernels.match_confidence)")
+            host_join = ("LEFT JOIN order_host oh ON oh.global_task_id = b.globalTaskId "
+                         "LEFT JOIN (SELECT host_op_id AS hid, name, callchain_id FROM hops) h ON h.hid = oh.host_op_id"
+                         if by_order else "")
+            host_pick = ("h.hid AS host_op_id, h.name AS host_op_name, h.callchain_id, oh.match_confidence"
+                         if by_order else "h.host_op_id, h.name AS host_op_name, h.callchain_id, "
+                         "CASE WHEN h.host_op_id IS NOT NULL THEN 'connection' END AS match_confidence")
+            total = pr.rows.get("COMPUTE_TASK_INFO", 0)
+            for lo, hi in _chunk_bounds(con, files["cti"], total):
+                say(f"joining kernels: {n:,}/{total:,} rows written")
                 rng = " AND ".join([*([f"globalTaskId >= {lo}"] if lo is not None else []),
                                     *([f"globalTaskId < {hi}"] if hi is not None else [])]) or "true"
                 # the connection ids of this range's tasks bound the CANN_API / host-op rows joined to it
@@ -153,6 +199,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
                     f"SELECT min(connectionId), max(connectionId) FROM read_parquet({sql_str(files['task'])}) "
                     f"WHERE {rng} AND connectionId <> CAST({INVALID} AS BIGINT)").fetchone()
                 conn_rng = (f"BETWEEN {int(cmin)} AND {int(cmax)}" if cmin is not None else "IS NULL")
+                host_link = host_join or (f"LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h "
+                                          "ON h.task_conn = b.connectionId")
                 cann_join = (f"LEFT JOIN (SELECT connectionId, name FROM read_parquet({sql_str(files['cann'])}) "
                              f"WHERE connectionId {conn_rng}) ca "
                              "ON ca.connectionId = b.connectionId LEFT JOIN sid j_cann ON j_cann.id = ca.name"
@@ -165,32 +213,32 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
                           ON t.globalTaskId = c.globalTaskId
                     ), k AS (
                         SELECT b.*, {picks}, j_tt.value AS device_task_type, {cann_val} AS cann_api_name,
-                               h.host_op_id, h.name AS host_op_name, h.callchain_id
+                               {host_pick}
                         FROM b
                         {joins}
-                        LEFT JOIN sid j_tt ON j_tt.id = b.t_tt
+                        LEFT JOIN ksid j_tt ON j_tt.id = b.t_tt
                         {cann_join}
-                        LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h
-                          ON h.task_conn = b.connectionId
+                        {host_link}
                     )
                     SELECT {cid} AS capture_id, 'db' AS source_kind, globalTaskId AS global_task_id,
                            deviceId AS device_id, streamId AS stream_id, taskId AS task_id,
-                           startNs AS start_ns, endNs AS end_ns, endNs - startNs AS dur_ns,
+                           {span_columns('startNs', 'endNs')},
                            kernel_name, CASE WHEN raw_op_clean IS NULL THEN name_derived ELSE raw_op END AS op_type,
                            raw_op_clean IS NULL AS op_type_derived, accel_clean AS accelerator,
                            device_task_type, block_dim,
                            i_sh_clean AS input_shapes, i_dt_clean AS input_dtypes, i_fm_clean AS input_formats,
                            o_sh_clean AS output_shapes, o_dt_clean AS output_dtypes, o_fm_clean AS output_formats,
                            NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
-                           host_op_id, host_op_name, callchain_id, 1 AS call_count, NULL AS step
+                           host_op_id, host_op_name, callchain_id, 1 AS call_count, NULL AS step, match_confidence
                     FROM k"""
                 n += writer.copy_query("kernels", sql, partition)
         finally:
             shutil.rmtree(dump, ignore_errors=True)
     compute = n
     if pr.has("COMMUNICATION_OP"):
-        jn, nm = sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn")
-        jt, ot = sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt")
+        say(f"{n:,} kernels written; reading COMMUNICATION_OP ({pr.rows.get('COMMUNICATION_OP', 0):,} rows)")
+        jn, nm = sid_join(pr, "COMMUNICATION_OP", "opName", "o", "jn", only_used=True)
+        jt, ot = sid_join(pr, "COMMUNICATION_OP", "opType", "o", "jt", only_used=True)
         dev = "o.deviceId" if pr.has("COMMUNICATION_OP", "deviceId") else "NULL"
         # 4294967295 means "no connection": never join it (the compute path bounds ids the same way)
         cann_join_o = ("LEFT JOIN s.CANN_API ca ON ca.connectionId = o.connectionId "
@@ -198,16 +246,21 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str) -> tuple:
                        "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
         sql = f"""
             SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,
-                   NULL AS stream_id, NULL AS task_id, o.startNs AS start_ns, o.endNs AS end_ns,
-                   o.endNs - o.startNs AS dur_ns, {sid_value(nm)} AS kernel_name,
+                   NULL AS stream_id, NULL AS task_id, {span_columns('o.startNs', 'o.endNs')},
+                   {sid_value(nm)} AS kernel_name,
                    CASE WHEN {sid_value(ot, 'clean')} IS NULL THEN {sid_value(nm, 'derived')} ELSE {sid_value(ot)} END AS op_type,
                    {sid_value(ot, 'clean')} IS NULL AS op_type_derived,
                    'COMMUNICATION' AS accelerator, 'HCCL' AS device_task_type, NULL AS block_dim,
                    NULL AS input_shapes, NULL AS input_dtypes, NULL AS input_formats,
                    NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
                    NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann_val} AS cann_api_name,
-                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count, NULL AS step
+                   h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count, NULL AS step,
+                   CASE WHEN h.host_op_id IS NOT NULL THEN 'connection' END AS match_confidence
             FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
         n += writer.copy_query("kernels", sql, partition)
+        prob = span_problem("o.startNs", "o.endNs", "COMMUNICATION_OP")
+        for p, k in con.execute(f"SELECT {prob} AS p, count(*) FROM s.COMMUNICATION_OP o "
+                                f"WHERE NOT {span_ok('o.startNs', 'o.endNs')} GROUP BY p").fetchall():
+            invalid[p] = int(k)
     return compute, n

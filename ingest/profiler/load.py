@@ -32,7 +32,7 @@ from tilake.lake import schema
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
-                          readable_copy, sha256_file, table_rows_json)
+                          readable_copy, session_fields, sha256_file, table_rows_json)
 from tilake.ingest.profiler.discover import Capture
 from tilake.ingest.profiler.metadata import empty_reason, parallel_groups, parallel_layout, read_metadata
 from tilake.ingest.profiler.steps import (StepCounts, StepMarks, assign_steps, common_steps, db_step_marks,
@@ -88,41 +88,38 @@ def _host_rows(pr) -> int:
     return sum(pr.rows.get(t, 0) for t in ("PYTORCH_API", "CANN_API"))
 
 
-def _ingest_db(cap: Capture, w, part: Dict, row: Dict) -> CaptureResult:
+def _ingest_db(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResult:
     wal = check_header(cap.path)
     row.update(size_bytes=file_size(cap.path))
     # hash the input in a thread while DuckDB reads it (hashlib releases the GIL on large blocks)
     hasher = ThreadPoolExecutor(max_workers=1)
     digest = hasher.submit(sha256_file, cap.path)
     try:
-        return _ingest_db_inner(cap, w, part, row, wal)
+        return _ingest_db_inner(cap, w, part, row, wal, say)
     finally:
         row["sha256"] = digest.result()
         hasher.shutdown()
 
 
-def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> CaptureResult:
+def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None) -> CaptureResult:
     with readable_copy(cap.path, wal) as db:
         pr = probe(db)
         if not pr.has("STRING_IDS") and not pr.has("TASK") and not pr.has("PYTORCH_API"):
             raise TilakeError("SQLite file holds no torch_npu profiler tables (no STRING_IDS/TASK/PYTORCH_API)",
                               path=cap.path)
         row.update(schema_variant=pr.schema_variant + ("+wal" if wal else ""), schema_version=pr.schema_version,
-                   table_rows=table_rows_json(pr), session_start_ns=pr.session[0], session_end_ns=pr.session[1])
-        start, end = pr.session
-        row["truncated"] = bool(start) and (not end or end < start)
-        if not pr.has("SESSION_TIME_INFO"):
-            row["truncated"] = None
+                   table_rows=table_rows_json(pr), **session_fields(pr, db))
         if not row.get("profiler_level") and pr.rows.get("COMPUTE_TASK_INFO"):
             row["profiler_level"] = profiler_level_from_db(db)
         # device evidence = compute kernels (COMPUTE_TASK_INFO ⋈ TASK); HCCL ops alone do not count
         before = _kernel_files(w, part)
-        res = load_db(db, pr, w, part, row["capture_id"])
+        res = load_db(db, pr, w, part, row["capture_id"], shown=cap.path, say=say)
+        row["invalid_rows"] = json.dumps(dict(sorted(res.invalid.items())), separators=(",", ":")) if res.invalid else None
         marks = db_step_marks(db)
         if marks.ranges:  # launch times for the step assignment, while the (copied) DB is still here
             stage_launch_times(w.con, db, sorted(_kernel_files(w, part) - before))
         if res.compute_kernels:
-            return CaptureResult(cap, "ok", "", res.kernels, res.host_ops, "db", marks=marks)
+            return CaptureResult(cap, "ok", res.invalid_note(), res.kernels, res.host_ops, "db", marks=marks)
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
                    else "COMPUTE_TASK_INFO ⋈ TASK has 0 rows")
         reason = (f"{missing} while host tables have {_host_rows(pr)} rows "
@@ -136,15 +133,17 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool) -> Captu
 
 
 def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = "") -> CaptureResult:
-    nk, nh, _ns, src, evidence = load_text(cap.text_dir or cap.path, w, part, row["capture_id"])
+    n_rows, nh, _ns, src, evidence, nk = load_text(cap.text_dir or cap.path, w, part, row["capture_id"])
     if not row.get("table_rows"):  # capture health of a text export: rows read per CSV
-        counts = {src: nk} if src else {}
+        counts = {src: n_rows} if src else {}
         if nh:
             counts["operator_details.csv"] = nh
         row["table_rows"] = json.dumps(counts, separators=(",", ":"))
     if nk:
         status = "ok" if evidence == "device" else "host_fallback"
-        why = (f"{reason_prefix}device rows from {src}" if evidence == "device"
+        aggregated = (f": {nk} kernels in {n_rows} op-type rows (sum of Count); kernel names are not "
+                      "available at that level" if src == "op_statistic.csv" else "")
+        why = (f"{reason_prefix}device rows from {src}{aggregated}" if evidence == "device"
                else f"{reason_prefix}host-side fallback, not device: CANN API statistics from {src}")
         return CaptureResult(cap, status, why, nk, nh, "text")
     return CaptureResult(cap, "evidence_missing",
@@ -157,9 +156,9 @@ def _kernel_files(w, part: Dict) -> Set[Path]:
     return set(d.glob("part-*.parquet")) if d.is_dir() else set()
 
 
-def _ingest_one(cap: Capture, w, part: Dict, row: Dict) -> CaptureResult:
+def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResult:
     if cap.kind == "db":
-        return _ingest_db(cap, w, part, row)
+        return _ingest_db(cap, w, part, row, say=say)
     if cap.kind == "text":
         return _ingest_text(cap, w, part, row)
     if cap.kind == "trace":
@@ -295,7 +294,8 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                     meta["parallel_config"] = parallel_layout(md)
                 before = _kernel_files(w, part)
                 w.con.execute("DROP TABLE IF EXISTS _launch")
-                res = _ingest_one(cap, w, part, row)
+                res = _ingest_one(cap, w, part, row, say=lambda text, cap=cap: bar.update(
+                    task, description=f"{cap.side} rank {cap.rank}: {text}"))
                 res.files = sorted(_kernel_files(w, part) - before)
                 if res.source_kind == "text" and not res.marks.ranges:
                     res.marks = text_step_marks(cap.text_dir or cap.path)

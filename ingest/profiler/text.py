@@ -69,22 +69,50 @@ def _count(text: Optional[str], where: str) -> int:
     return int(t)
 
 
-def read_csv(path: Path) -> Tuple[List[str], List[Dict[str, str]]]:
+def read_csv(path: Path, required: Tuple[Tuple[str, ...], ...] = ()) -> Tuple[List[str], List[Dict[str, str]]]:
     """Rows of a profiler CSV with stripped header names (BOM tolerated).
 
+    A row cut short (a copy taken while the file was written, a truncated transfer) or a quote left
+    open (which swallows the rest of the file into one field) would otherwise become a kernel with
+    NULL name, type or duration. A row whose field count differs from the header's is kept only when
+    it is one field off and every ``required`` column (each a tuple of accepted names) still holds a
+    value: a real
+    MindStudio Insight test export (``msinsight/.../test_rank_0/kernel_details.csv`` line 17) has
+    one FlashAttentionScore row one field short after ``Duration(us)``.
+
     Raises:
-        TilakeError: unreadable, not CSV, or no header.
+        TilakeError: unreadable, not CSV, no header, an unterminated quote (names its line), or
+            rows of the wrong length that lack a required value (names how many and the first lines).
     """
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
+            reader = csv.reader(f, strict=True)
             header = next(reader, None)
             if not header:
                 raise TilakeError("empty CSV (no header line)", path=path)
             header = [h.strip() for h in header]
-            rows = [dict(zip(header, r)) for r in reader if r]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            rows, bad = [], []
+            line = reader.line_num
+            for r in reader:
+                start, line = line + 1, reader.line_num
+                if not r:
+                    continue
+                row = dict(zip(header, r))
+                if len(r) != len(header) and (abs(len(r) - len(header)) > 1 or not all(
+                        any((row.get(n) or "").strip() for n in alts) for alts in required)):
+                    bad.append((start, len(r)))
+                rows.append(row)
+    except csv.Error as exc:
+        raise TilakeError(f"malformed CSV at line {reader.line_num} ({exc}; an unterminated quote?)",
+                          path=path) from exc
+    except (OSError, UnicodeDecodeError) as exc:
         raise TilakeError(f"unreadable CSV ({exc})", path=path) from exc
+    if bad:
+        first = ", ".join(f"{ln} ({n} fields)" for ln, n in bad[:5])
+        need = ", ".join(a[0] for a in required)
+        raise TilakeError(f"{len(bad)} of {len(rows)} rows are cut or overlong (header: {len(header)} fields; "
+                          f"required: {need}) (lines {first}{', …' if len(bad) > 5 else ''}): the file is cut or malformed; "
+                          "copy or export it again", path=path)
     return header, rows
 
 
@@ -104,8 +132,8 @@ def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
     """
     kd = text_dir / "kernel_details.csv"
     if kd.exists():
-        header, rows = read_csv(kd)
         need = [("Name",), ("Start Time(us)", "Task Start Time(us)"), ("Duration(us)", "Task Duration(us)")]
+        header, rows = read_csv(kd, tuple(need))
         missing = [n[0] for n in need if not any(x in header for x in n)]
         if missing:
             raise TilakeError(f"kernel_details.csv lacks column(s) {', '.join(missing)}", path=kd)
@@ -122,7 +150,7 @@ def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
             return kd.name, out, "device"
     st = text_dir / "op_statistic.csv"
     if st.exists():
-        header, rows = read_csv(st)
+        header, rows = read_csv(st, (("OP Type",), ("Count",)))
         if "OP Type" not in header or "Count" not in header:
             raise TilakeError("op_statistic.csv lacks OP Type/Count columns", path=st)
         out = [(r["OP Type"], r["OP Type"], r.get("Core Type"), None,
@@ -133,7 +161,7 @@ def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
             return st.name, out, "device"
     api = text_dir / "api_statistic.csv"
     if api.exists():
-        header, rows = read_csv(api)
+        header, rows = read_csv(api, (("API Name",), ("Count",)))
         if "API Name" not in header:
             raise TilakeError("api_statistic.csv has no API Name column", path=api)
         out = []
@@ -163,11 +191,13 @@ def host_op_rows(text_dir: Path) -> List[tuple]:
     return [(r.get("Name"), r.get("Input Shapes"), r.get("Call Stack")) for r in rows]
 
 
-def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple[int, int, int, str, str]:
+def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple[int, int, int, str, str, int]:
     """Write kernels (``source_kind='text'``), host ops and call stacks of one text export.
 
     Returns:
-        (kernel rows, host-op rows, call-stack frames, source CSV name, evidence kind).
+        (kernel rows written, host-op rows, call-stack frames, source CSV name, evidence kind,
+        kernels = the sum of ``call_count``: for ``op_statistic.csv`` the sum of ``Count`` (e.g.
+        1392 kernels in 15 op-type rows), for ``kernel_details.csv`` the row count).
     """
     src, rows, evidence = kernel_rows(text_dir)
     con = writer.con
@@ -187,7 +217,7 @@ def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple
                    {clean_text('input_formats')} AS input_formats, {clean_text('output_shapes')} AS output_shapes,
                    {clean_text('output_dtypes')} AS output_dtypes, {clean_text('output_formats')} AS output_formats,
                    NULL AS connection_id, NULL AS cann_api_name, NULL AS host_op_id, NULL AS host_op_name,
-                   NULL AS callchain_id, call_count, NULL AS step
+                   NULL AS callchain_id, call_count, NULL AS step, NULL AS match_confidence
             FROM "{tk}" """, partition)
     ops = host_op_rows(text_dir)
     nh = ns = 0
@@ -203,4 +233,5 @@ def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple
                     frames.append({"capture_id": capture_id, "callchain_id": chain, "depth": d, "frame": fr})
         nh = writer.write_rows("host_ops", host_rows, partition)
         ns = writer.write_rows("call_stacks", frames, partition) if frames else 0
-    return nk, nh, ns, src, evidence
+    kernels = sum(r[-1] for r in rows) if rows else 0  # op_statistic.csv: sum of Count, not op-type rows
+    return nk, nh, ns, src, evidence, kernels
