@@ -139,8 +139,9 @@ def test_cut_capture_br24(pair, tmp_path):
     res = ingest_profile(lake, "r", caps, progress=False)
     info = pair[1]["train"]
     assert res.captures[0].status == "ok" and res.captures[0].kernels == info["kernels"]
+    # the invalid-rows note comes first; the step note (synthetic DBs carry STEP_TIME step 1) follows it
     assert res.captures[0].reason == ("3 kernels with invalid times kept for the kernel set, excluded from timings "
-                                      "(TASK.endNs < startNs: 2, TASK.endNs NULL: 1)")
+                                      "(TASK.endNs < startNs: 2, TASK.endNs NULL: 1); step(s) [1] counted (STEP_TIME)")
     cap = raw(lake.root, "captures", "side = 'train'")[0]
     assert cap["truncated"] is True and cap["session_end_ns"] == state["end"]
     ks = raw(lake.root, "kernels", "side = 'train'")

@@ -88,4 +88,5 @@ def test_op_statistic_only_rank_counts_kernels(tmp_path):
     inf = [c for c in res.captures if c.capture.side == "infer"][0]
     assert inf.kernels == sum(counts) == 184 and len(counts) == 16
     assert inf.reason == ("device rows from op_statistic.csv: 184 kernels in 16 op-type rows (sum of Count); "
-                          "kernel names are not available at that level")
+                          "kernel names are not available at that level; no step markers (STEP_TIME, "
+                          "ProfilerStep#N, kernel_details Step Id): all kernels counted, not restricted to common steps")
