@@ -16,6 +16,11 @@ import duckdb
 from tilake.errors import TilakeError
 
 _NO_NETWORK = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+# DuckDB 1.5.5: with top_n_window_elimination, a CREATE TABLE AS of ``qualify row_number() over
+# (partition by <Hive partition column> order by …) = 1`` joined to another relation writes 0 rows
+# while the SELECT alone returns them (found on dim_runs over raw/runs read with
+# hive_partitioning=true); every tilake connection and the dbt profile switch it off
+SAFE_OPTIMIZERS = {"disabled_optimizers": "top_n_window_elimination"}
 
 
 def sqlite_extension_path() -> str:
@@ -51,7 +56,7 @@ def connect(database: Optional[Union[str, Path]] = None, read_only: bool = False
         A DuckDB connection.
     """
     con = duckdb.connect(str(database) if database else ":memory:", read_only=read_only,
-                         config=dict(_NO_NETWORK))
+                         config={**_NO_NETWORK, **SAFE_OPTIMIZERS})
     if sqlite:
         con.execute(f"LOAD '{sqlite_extension_path()}'")
     return con
