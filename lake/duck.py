@@ -62,6 +62,30 @@ def connect(database: Optional[Union[str, Path]] = None, read_only: bool = False
     return con
 
 
+def connect_private(database: Union[str, Path]) -> duckdb.DuckDBPyConnection:
+    """Open ``database`` read-only in a DuckDB instance of its own (not shared with any other connection).
+
+    ``duckdb.connect(file)`` hands every connection to the same file in one process the same database
+    instance, so settings are shared: ``tilake sql``'s ``lock_configuration`` (and its file-access
+    limits) landed on a notebook's ``tilake.open_lake()`` connection, and the next ``tilake sql`` query
+    in that process failed with 'Cannot change configuration option … the configuration has been
+    locked'. Here the connection is a fresh in-memory instance that ATTACHes the file ``READ_ONLY``
+    under its file stem (``warehouse``: the catalog name the dbt-built views use) and makes it the
+    default catalog (``USE``), so unqualified names are the file's tables and views.
+
+    Raises:
+        duckdb.Error: the file cannot be attached (missing, not a DuckDB file, locked by a writer).
+    """
+    con = connect()
+    try:
+        con.execute(f"ATTACH {sql_str(database)} AS \"{Path(database).stem}\" (READ_ONLY)")
+        con.execute(f'USE "{Path(database).stem}"')
+    except duckdb.Error:
+        con.close()
+        raise
+    return con
+
+
 def sql_str(value: Union[str, Path]) -> str:
     """Quote a value as a SQL string literal (single quotes doubled)."""
     return "'" + str(value).replace("'", "''") + "'"

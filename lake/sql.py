@@ -35,7 +35,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import duckdb
 
 from tilake.lake import schema
-from tilake.lake.duck import connect, sql_str
+from tilake.lake.duck import connect_private, sql_str
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake, raw_source
 
@@ -105,7 +105,7 @@ def open_readonly(lake: Lake, sql_hint: Optional[str] = None, allow_external_acc
     if not lake.warehouse.exists():
         raise TilakeError("no warehouse yet", path=lake.warehouse, hint="run `tilake build` (or `tilake run`) first")
     try:
-        con = connect(lake.warehouse, read_only=True)
+        con = connect_private(lake.warehouse)
     except duckdb.Error as exc:
         raise TilakeError(f"cannot open the warehouse read-only: {duckdb_error_line(exc)}", path=lake.warehouse)
     only = None
