@@ -414,11 +414,12 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
 # a saved query starts with a "-- comment" line: take it as the QUERY, not as an unknown option
 @main.command("sql", context_settings={"ignore_unknown_options": True})
 @click.argument("query", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
-              show_default=True, help="table prints to the terminal; csv/json/parquet write --output.")
+@click.option("--format", "fmt", type=click.Choice(["table", "line", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="table/line (one 'column = value' line each, for wide rows) print here; "
+              "csv/json go to stdout, or to --output; parquet needs --output.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="File for --format csv|json|parquet (never inside the lake).")
-@click.option("--max-rows", type=int, default=200, show_default=True, help="Rows shown in the terminal table.")
+              help="File for --format csv|json|parquet (never inside the lake); '-' is stdout.")
+@click.option("--max-rows", type=int, default=200, show_default=True, help="Rows shown by table/line.")
 @click.option("--allow-external-access", is_flag=True,
               help="Let the query read files outside the lake (read_csv('/x.csv')); off by default.")
 @LAKE_OPTION
@@ -431,16 +432,15 @@ def sql_cmd(query, fmt, output, max_rows, allow_external_access, lake_path) -> N
         if fmt != "table" or output:
             raise TilakeError("--format/--output need a QUERY")
         sys.exit(runs_sql.open_shell(lake, allow_external_access=allow_external_access))
-    if fmt == "table":
+    if fmt in ("table", "line"):
         if output:
             raise TilakeError("--output needs --format csv, json or parquet")
         cols, rows = runs_sql.query(lake, query, allow_external_access)
-        runs_sql.print_result(cols, rows, max_rows)
-        return
-    if output is None:
-        raise TilakeError(f"--format {fmt} needs --output FILE")
-    n = runs_sql.export(lake, query, fmt, output, allow_external_access)
-    click.echo(f"wrote {n} row(s) to {output}")
+        (runs_sql.print_lines if fmt == "line" else runs_sql.print_result)(cols, rows, max_rows)
+    elif output is None or str(output) == "-":   # stdout; a file named '-' is never written
+        runs_sql.export_stdout(lake, query, fmt, allow_external_access)
+    else:
+        click.echo(f"wrote {runs_sql.export(lake, query, fmt, output, allow_external_access)} row(s) to {output}")
 
 
 @main.command("trend")

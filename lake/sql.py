@@ -251,6 +251,8 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
     """
     if fmt not in FORMATS:
         raise TilakeError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if str(output) == "-" or Path(output).name == "-":
+        raise TilakeError("refusing to write a file named '-' (for stdout, leave --output out)")
     output = Path(output).expanduser().resolve()
     root = lake.root.resolve()
     if output == root or root in output.parents:
@@ -277,6 +279,48 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
         return n
     finally:
         con.close()
+
+
+def export_stdout(lake: Lake, sql: str, fmt: str, allow_external_access: bool = False, out=None) -> int:
+    """Write the result of one SELECT as csv (header) or json (array of objects) to stdout.
+
+    The bytes are exactly those ``--output FILE`` gets (DuckDB's COPY into a private temp folder,
+    then copied out), so ``tilake sql Q --format csv > x.csv`` equals ``-o x.csv``.
+
+    Returns:
+        rows written.
+    Raises:
+        TilakeError: parquet (binary) asked for stdout; see :func:`export`.
+    """
+    import tempfile
+
+    if fmt == "parquet":
+        raise TilakeError("--format parquet is binary: give --output FILE (not stdout)")
+    out = out or sys.stdout
+    with tempfile.TemporaryDirectory(prefix="tilake-sql-") as d:
+        f = Path(d) / f"result.{fmt}"
+        n = export(lake, sql, fmt, f, allow_external_access)
+        text = f.read_text(encoding="utf-8")
+    out.write(text if not text or text.endswith("\n") else text + "\n")
+    out.flush()
+    return n
+
+
+def print_lines(cols: List[str], rows: List[tuple], max_rows: int = 200, out=None) -> None:
+    """Vertical (line) mode for wide rows: one ``column = value`` line per column, a ``-- row N --``
+    line before each row (DuckDB CLI ``.mode line`` with row numbers); nothing is cut or wrapped
+    into columns, so it reads at 80 columns and in logs."""
+    out = out or sys.stdout
+    if not cols:
+        out.write("ok (no result set)\n")
+        return
+    width = max(len(str(c)) for c in cols)
+    for i, r in enumerate(rows[:max_rows], 1):
+        out.write(f"-- row {i} --\n")
+        for c, v in zip(cols, r):
+            out.write(f"{str(c).rjust(width)} = {'NULL' if v is None else v}\n")
+    more = len(rows) - max_rows
+    out.write(f"{len(rows)} row(s)" + (f" — {more} not shown (use --max-rows or --format csv)" if more > 0 else "") + "\n")
 
 
 def print_result(cols: List[str], rows: List[tuple], max_rows: int = 200, console=None) -> None:
