@@ -124,6 +124,12 @@ def _lake(lake_path):
     return Lake(lake_path)
 
 
+def _dbt_progress(f):   # --quiet/--verbose: how much of the dbt build is printed ($TILAKE_DBT_PROGRESS)
+    for flag, text in (("verbose", "A line per dbt node."), ("quiet", "No dbt progress (failures and the summary only).")):
+        f = click.option("--" + flag, is_flag=True, expose_value=False, help=text, callback=lambda c, p, v, lv=flag:
+                         v and __import__("os").environ.__setitem__(settings.DBT_PROGRESS, lv))(f)
+    return f
+
 JSON_OPTION = click.option("--json", "as_json", is_flag=True,
                            help="Print a machine-readable JSON summary on stdout (nothing else goes to stdout).")
 
@@ -178,10 +184,19 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_
                f"infer={res.side_evidence.get('infer')}")
 
 
+@main.command("dbt", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True)
+@LAKE_OPTION
+def dbt_cmd(args, lake_path):
+    """Run dbt on the packaged project against the lake: tilake dbt -- docs generate (or -- ls, -- test ...)."""
+    sys.exit(__import__("tilake.lake.warehouse", fromlist=["_"]).dbt_passthrough(_lake(lake_path), args))
+
+
 @main.command()
 @click.option("--select", "select", multiple=True, help="dbt --select (repeatable); each model is built with its ancestors (+MODEL) so incremental marts never read stale tables.")
 @click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
 @LAKE_OPTION
+@_dbt_progress
 def build(select, full_refresh, lake_path):
     """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
     is swapped in atomically (readers with the warehouse open are never blocked)."""
@@ -194,7 +209,7 @@ def build(select, full_refresh, lake_path):
         click.echo(f"FAIL: {n[0]}: {n[3]}", err=True)
     click.echo(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
     if not res.success:
-        raise TilakeError("dbt build failed")
+        raise TilakeError(f"dbt build failed; dbt log: {res.log_path}")
 
 
 @main.command()
@@ -221,6 +236,7 @@ def report(run_id, out_dir, lang, lake_path):
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @LAKE_OPTION
 @JSON_OPTION
+@_dbt_progress
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, tags, allow_missing,
             out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
@@ -425,22 +441,8 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
 @LAKE_OPTION
 def sql_cmd(query, fmt, output, max_rows, allow_external_access, lake_path) -> None:
     """Read-only SQL over the warehouse marts (raw tables as raw_<table>); no QUERY opens a shell."""
-    from tilake.lake import sql as runs_sql
-
-    lake = _lake(lake_path)
-    if query is None:
-        if fmt != "table" or output:
-            raise TilakeError("--format/--output need a QUERY")
-        sys.exit(runs_sql.open_shell(lake, allow_external_access=allow_external_access))
-    if fmt in ("table", "line"):
-        if output:
-            raise TilakeError("--output needs --format csv, json or parquet")
-        cols, rows = runs_sql.query(lake, query, allow_external_access)
-        (runs_sql.print_lines if fmt == "line" else runs_sql.print_result)(cols, rows, max_rows)
-    elif output is None or str(output) == "-":   # stdout; a file named '-' is never written
-        runs_sql.export_stdout(lake, query, fmt, allow_external_access)
-    else:
-        click.echo(f"wrote {runs_sql.export(lake, query, fmt, output, allow_external_access)} row(s) to {output}")
+    from tilake.lake.sql import sql_command
+    sys.exit(sql_command(_lake(lake_path), query, fmt, output, max_rows, allow_external_access))
 
 
 @main.command("trend")

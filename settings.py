@@ -25,6 +25,12 @@ DEFAULT_LAKE = "./tilake-lake"
 THREADS = "TILAKE_THREADS"
 DEFAULT_THREADS = 1
 
+# how much of a dbt build tilake prints on stderr: quiet (nothing but failures and the summary),
+# normal ("dbt build: N of M nodes"; one updating line on a terminal, a line per tenth elsewhere),
+# verbose (a line per node with its status and seconds); `--quiet`/`--verbose` on build/run set it
+DBT_PROGRESS = "TILAKE_DBT_PROGRESS"
+DBT_PROGRESS_LEVELS = ("quiet", "normal", "verbose")
+
 # stdout markers of the NPU seam's child script (not environment variables, see the module docstring)
 PROBE_MARKER = "TILAKE_PROBE"
 NO_EXPORT_TYPE_MARKER = "TILAKE_NO_EXPORT_TYPE"
@@ -44,3 +50,10 @@ def threads(env: Optional[Mapping[str, str]] = None) -> int:
         return max(1, int(env.get(THREADS, DEFAULT_THREADS)))
     except ValueError:
         return DEFAULT_THREADS
+
+
+def dbt_progress(env: Optional[Mapping[str, str]] = None) -> str:
+    """``$TILAKE_DBT_PROGRESS`` if one of :data:`DBT_PROGRESS_LEVELS`, else ``normal``."""
+    env = os.environ if env is None else env
+    v = (env.get(DBT_PROGRESS) or "").strip().lower()
+    return v if v in DBT_PROGRESS_LEVELS else "normal"

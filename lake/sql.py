@@ -281,6 +281,32 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
         con.close()
 
 
+def sql_command(lake: Lake, sql: Optional[str], fmt: str = "table", output: Optional[Path] = None,
+                max_rows: int = 200, allow_external_access: bool = False) -> int:
+    """``tilake sql``: no query opens the shell; table/line print here; csv/json go to stdout unless
+    ``output`` names a file (``-`` is stdout: a file named ``-`` is never written); parquet needs a file.
+
+    Returns:
+        the exit status (the shell's, else 0).
+    Raises:
+        TilakeError: an option that does not fit the format; see :func:`query` / :func:`export`.
+    """
+    if sql is None:
+        if fmt != "table" or output:
+            raise TilakeError("--format/--output need a QUERY")
+        return open_shell(lake, allow_external_access=allow_external_access)
+    if fmt in ("table", "line"):
+        if output:
+            raise TilakeError("--output needs --format csv, json or parquet")
+        cols, rows = query(lake, sql, allow_external_access)
+        (print_lines if fmt == "line" else print_result)(cols, rows, max_rows)
+    elif output is None or str(output) == "-":
+        export_stdout(lake, sql, fmt, allow_external_access)
+    else:
+        print(f"wrote {export(lake, sql, fmt, output, allow_external_access)} row(s) to {output}")
+    return 0
+
+
 def export_stdout(lake: Lake, sql: str, fmt: str, allow_external_access: bool = False, out=None) -> int:
     """Write the result of one SELECT as csv (header) or json (array of objects) to stdout.
 
