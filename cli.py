@@ -124,7 +124,11 @@ def _lake(lake_path):
     return Lake(lake_path)
 
 
-def _dbt_progress(f):   # --quiet/--verbose: how much of the dbt build is printed ($TILAKE_DBT_PROGRESS)
+def _dbt_progress(f):   # --quiet/--verbose ($TILAKE_DBT_PROGRESS) and --rules DIR ($TILAKE_RULES) of the dbt build
+    f = click.option("--rules", type=click.Path(exists=True, file_okay=False), expose_value=False, callback=lambda c, p, v:
+                     v and __import__("os").environ.__setitem__(settings.RULES, v), help="Folder of seed CSVs "
+                     "(op_catalog, grading_rules, recommendations...) extending the shipped ones [env var: TILAKE_RULES; "
+                     "default <lake>/rules/].")(f)
     for flag, text in (("verbose", "A line per dbt node."), ("quiet", "No dbt progress (failures and the summary only).")):
         f = click.option("--" + flag, is_flag=True, expose_value=False, help=text, callback=lambda c, p, v, lv=flag:
                          v and __import__("os").environ.__setitem__(settings.DBT_PROGRESS, lv))(f)
@@ -260,6 +264,7 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
               help="ascend: synthetic torch_npu DBs; torch: profile a tiny Qwen3-style RL step here "
                    "(CUDA when present, else CPU) with torch.profiler.")
 @JSON_OPTION
+@_dbt_progress
 def example(out_dir, lang, lake_path, backend, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
     with --backend torch, make real traces of a tiny model on this machine instead."""

@@ -31,6 +31,10 @@ DEFAULT_THREADS = 1
 DBT_PROGRESS = "TILAKE_DBT_PROGRESS"
 DBT_PROGRESS_LEVELS = ("quiet", "normal", "verbose")
 
+# a folder of seed CSVs (op_catalog, grading_rules, recommendations, ...) that extend or override the
+# shipped ones (tilake.lake.rules); --rules DIR sets it; default <lake>/rules/ when that exists
+RULES = "TILAKE_RULES"
+
 # stdout markers of the NPU seam's child script (not environment variables, see the module docstring)
 PROBE_MARKER = "TILAKE_PROBE"
 NO_EXPORT_TYPE_MARKER = "TILAKE_NO_EXPORT_TYPE"
@@ -57,3 +61,9 @@ def dbt_progress(env: Optional[Mapping[str, str]] = None) -> str:
     env = os.environ if env is None else env
     v = (env.get(DBT_PROGRESS) or "").strip().lower()
     return v if v in DBT_PROGRESS_LEVELS else "normal"
+
+
+def rules_path(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``$TILAKE_RULES`` if set and not empty, else None (a path string, not resolved)."""
+    env = os.environ if env is None else env
+    return env.get(RULES) or None

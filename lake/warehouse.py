@@ -42,15 +42,27 @@ PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt_project"
 _FINGERPRINTED = ("models", "macros", "seeds", "dbt_project.yml")
 
 
-def project_fingerprint() -> str:
-    """sha256 (hex) over the dbt project's models, macros, seeds and ``dbt_project.yml`` (paths + bytes)."""
+def project_fingerprint(project: Optional[Path] = None) -> str:
+    """sha256 (hex) over the dbt project's models, macros, seeds and ``dbt_project.yml`` (paths + bytes).
+
+    ``project`` defaults to the packaged project; a project with user rules merged into its seeds
+    (:mod:`tilake.lake.rules`) has another fingerprint, so changing rules triggers a full refresh.
+    """
+    project = project or PROJECT_DIR
     h = hashlib.sha256()
     for top in _FINGERPRINTED:
-        p = PROJECT_DIR / top
+        p = project / top
         files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
         for f in files:
-            h.update(f.relative_to(PROJECT_DIR).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+            h.update(f.relative_to(project).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def _project(lake: Lake):
+    """The dbt project to run for ``lake`` and its rules record (see :mod:`tilake.lake.rules`)."""
+    from tilake.lake import rules
+
+    return rules.project_with_rules(PROJECT_DIR, rules.rules_dir(lake.root), lake.root / ".dbt" / "project")
 
 
 _SAFE_PATH = re.compile(r"^[\w./ @%+=,:~-]+$")
@@ -285,25 +297,30 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     from dbt.cli.main import dbtRunner
     from rich.console import Console
 
+    from tilake.lake.rules import record_json
+
     dbt_dir = lake.root / ".dbt"
-    args = [command, "--project-dir", str(PROJECT_DIR), "--profiles-dir", str(PROJECT_DIR),
-            "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
-            "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"]
-    if select:
-        args += ["--select", *with_ancestors(select)]
-    sha = project_fingerprint()
-    args += ["--vars", json.dumps({"tilake_project_sha": sha})]
-    args += list(extra or [])
     console = Console(stderr=True)
     meter = DbtProgress(command, settings.dbt_progress() if progress else "quiet")
     with lake.writing(), _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
                                       DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
+        project, rules = _project(lake)
+        args = [command, "--project-dir", str(project), "--profiles-dir", str(PROJECT_DIR),
+                "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
+                "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"]
+        if select:
+            args += ["--select", *with_ancestors(select)]
+        sha = project_fingerprint(project)
+        args += ["--vars", json.dumps({"tilake_project_sha": sha, "tilake_rules": record_json(rules)})]
+        args += list(extra or [])
+        if rules:
+            console.print(f"rules: {rules['dir']} ({', '.join(rules['files'])})", markup=False, highlight=False)
         auto_refresh = False
         if not full_refresh and not select and command in ("build", "run"):
             recorded = warehouse_project_sha(lake.warehouse)
             auto_refresh = recorded is not None and recorded != sha
             if auto_refresh:
-                why = ("the dbt project changed since this warehouse was built (tilake upgraded or seeds edited)"
+                why = ("the dbt project changed since this warehouse was built (tilake upgraded, seeds or rules edited)"
                        if recorded else "this warehouse has no record of the dbt project that built it "
                        "(plain dbt, a partial build or an older tilake)")
                 console.print(f"[yellow]{why}: full refresh[/yellow]")
@@ -334,7 +351,7 @@ def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:
     """``tilake dbt -- <args>``: run dbt with the user's arguments on the packaged project against ``lake``.
 
     pip users have no source checkout: the project inside the package, its profile and the lake
-    (``TILAKE_LAKE``, through :func:`dbt_lake_root`) are filled in, with ``--target-path``/``--log-path``
+    (``TILAKE_LAKE``, through :func:`dbt_lake_root`) and the user rules (:mod:`tilake.lake.rules`) are filled in, with ``--target-path``/``--log-path``
     under ``<lake>/.dbt/`` (so ``docs generate`` then ``docs serve`` find each other; the package is
     never written to) unless ``args`` give their own. Runs under the lake's writer lock
     (:meth:`Lake.writing`); ``build``/``run`` here write the warehouse in place (``tilake build``
@@ -352,12 +369,13 @@ def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:
     args = list(args)
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     dbt_dir = lake.root / ".dbt"
-    for flag, value in (("--project-dir", PROJECT_DIR), ("--profiles-dir", PROJECT_DIR),
-                        ("--target-path", dbt_dir / "target"), ("--log-path", dbt_dir / "logs")):
-        if flag not in given and args and not args[0].startswith("-"):
-            args += [flag, str(value)]
     with lake.writing(), _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
                               DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
+        project, _rules = _project(lake)
+        for flag, value in (("--project-dir", project), ("--profiles-dir", PROJECT_DIR),
+                            ("--target-path", dbt_dir / "target"), ("--log-path", dbt_dir / "logs")):
+            if flag not in given and args and not args[0].startswith("-"):
+                args += [flag, str(value)]
         res = dbtRunner().invoke(args)
     if res.exception is not None:
         sys.stderr.write(f"dbt could not run: {res.exception} (dbt log: {dbt_dir / 'logs' / 'dbt.log'})\n")

@@ -60,7 +60,8 @@ def warning_text(node: tuple) -> str:
     if name.startswith("tilake_is_empty_fct_uncategorized_kernels"):
         n = "".join(ch for ch in message.split("results")[0] if ch.isdigit()) or "some"
         return (f"{n} kernel name(s) match no op_catalog entry (listed under 'uncategorized' in the report; "
-                "extend dbt_project/seeds/op_catalog.csv)")
+                "add them to an op_catalog.csv with the shipped header in a rules folder: --rules DIR, "
+                "$TILAKE_RULES or <lake>/rules/)")
     return f"dbt test {name}: {message}"
 
 

@@ -79,7 +79,7 @@ def example_lake(tmp_path_factory):
 
 
 def test_build_prints_n_of_m_from_real_dbt_events_and_verbose_quiet(example_lake, monkeypatch):
-    monkeypatch.delenv(settings.DBT_PROGRESS, raising=False)
+    monkeypatch.setenv(settings.DBT_PROGRESS, "normal")   # recorded: the CLI flag's setting is undone after the test
     r = CliRunner().invoke(main, ["build", "--verbose", "--lake", str(example_lake.root)])
     assert r.exit_code == 0, r.output
     lines = [line for line in r.stderr.splitlines() if line.startswith("dbt build: ")]
@@ -87,7 +87,7 @@ def test_build_prints_n_of_m_from_real_dbt_events_and_verbose_quiet(example_lake
     assert total > 50 and len(lines) == total and lines[-1].startswith(f"dbt build: {total} of {total} nodes  ")
     assert any(" model fct_op_comparison success " in line for line in lines)
     assert r.stdout.splitlines()[-1].startswith("dbt build: ") and "0 failed" in r.stdout
-    monkeypatch.delenv(settings.DBT_PROGRESS, raising=False)
+    monkeypatch.setenv(settings.DBT_PROGRESS, "normal")   # recorded: the CLI flag's setting is undone after the test
     r = CliRunner().invoke(main, ["build", "--quiet", "--lake", str(example_lake.root)])
     assert r.exit_code == 0 and " of " not in r.stderr
 
