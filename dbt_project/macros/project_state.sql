@@ -11,3 +11,22 @@
         {%- endif -%}
     {%- endif -%}
 {% endmacro %}
+
+{#- Marts without HUGEINT: DuckDB's sum() of a BIGINT is a HUGEINT (int128), which pandas, Excel
+    exports and Arrow readers turn into floats; every mart column of that type (or a list of it) becomes BIGINT after
+    the model is built (post-hook in dbt_project.yml; sums of int64 counts and nanoseconds stay far
+    below 2^63). Incremental inserts into the altered table cast on the way in. -#}
+{% macro tilake_no_hugeint() %}
+    {%- if not execute -%}{{ return('') }}{%- endif -%}
+    {%- set q -%}
+        select column_name, replace(data_type, 'HUGEINT', 'BIGINT') as new_type from information_schema.columns
+        where table_catalog = {{ tilake_sql_str(this.database) }} and table_schema = {{ tilake_sql_str(this.schema) }}
+          and table_name = {{ tilake_sql_str(this.identifier) }} and data_type like '%HUGEINT%'
+        order by ordinal_position
+    {%- endset -%}
+    {%- set res = run_query(q) -%}
+    {%- if res.rows | length == 0 -%}{{ return('select 1') }}{%- endif -%}
+    {%- for r in res.rows -%}
+        alter table {{ this }} alter column "{{ r[0] }}" type {{ r[1] }};
+    {% endfor -%}
+{% endmacro %}

@@ -80,8 +80,17 @@ def test_partition_columns_come_from_the_path_with_one_type(lake):
     assert all("_schema" not in f for f in ds.dataset(lake.raw / "kernels", partitioning="hive").files)
 
 
-def test_no_raw_column_is_hugeint(lake):
+def test_no_raw_or_mart_column_is_hugeint(lake):
+    """HUGEINT (DuckDB's sum() of BIGINT) becomes float64 in pandas and exports; marts ALTER it to BIGINT."""
     lake, _ = lake
+    huge = query(lake, "SELECT table_name, column_name FROM information_schema.columns WHERE data_type LIKE '%HUGEINT%' "
+                       "AND table_name NOT LIKE 'int\\_%' ESCAPE '\\'")[1]
+    assert huge == []
+    import tilake
+
+    with tilake.open_lake(lake.root) as con:
+        df = con.sql("SELECT train_calls, infer_calls, train_op_calls FROM fct_op_comparison").df()
+    assert str(df["train_calls"].dtype) == "int64" and int(df["train_calls"].sum()) > 0
     for t in schema.TABLES:
         cols, rows = query(lake, f"SELECT column_name, column_type FROM (DESCRIBE raw_{t})")
         types = dict(rows)
