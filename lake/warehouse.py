@@ -248,6 +248,8 @@ class BuildResult:
     full_refresh: bool = False
     # dbt's log file (``<lake>/.dbt/logs/dbt.log``): named in failure messages
     log_path: Optional[Path] = None
+    # the user rules merged into the seeds ({"dir", "sha256", "files"}; tilake.lake.rules), None without
+    rules: Optional[dict] = None
 
     def __post_init__(self) -> None:
         self.failures = [n for n in self.nodes if n[2] in ("error", "fail", "runtime error")]
@@ -344,7 +346,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         nodes.append((getattr(node, "name", "?"), getattr(node, "resource_type", "?"),
                       str(getattr(r, "status", "")).lower(), getattr(r, "message", None) or ""))
     return BuildResult(bool(res.success), nodes, full_refresh=bool(full_refresh or auto_refresh),
-                       log_path=dbt_dir / "logs" / "dbt.log")
+                       log_path=dbt_dir / "logs" / "dbt.log", rules=rules)
 
 
 def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:

@@ -92,6 +92,7 @@ def test_a_rules_dir_changes_a_grade_and_is_recorded(tmp_path, monkeypatch):
     _write(lake.root / "rules" / "grading_rules.csv", list(row), [list(row.values())])
     res = build_swapped(lake, progress=False)
     assert res.success and res.full_refresh   # the project fingerprint changed with the rules
+    assert res.rules["files"] == {"grading_rules.csv": {"rows": 12, "replaced": 1, "added": 0}}
     after, (sha2, recorded) = _grades(lake, "same_ops")
     assert after == {"yellow": before["green"]} and sha2 != sha
     rec = json.loads(recorded)
@@ -102,4 +103,4 @@ def test_a_rules_dir_changes_a_grade_and_is_recorded(tmp_path, monkeypatch):
     (lake.root / "rules" / "grading_rules.csv").unlink()
     (lake.root / "rules").rmdir()
     res = build_swapped(lake, progress=False)
-    assert res.full_refresh and _grades(lake, "same_ops")[0] == before
+    assert res.full_refresh and res.rules is None and _grades(lake, "same_ops")[0] == before

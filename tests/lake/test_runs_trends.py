@@ -243,7 +243,7 @@ def test_incremental_equals_full_refresh_row_for_row(lake, monkeypatch):
     from tilake.lake import warehouse as build_mod
     assert mart(lake.root, "select project_sha256 from tilake_project_state")[0][0] == build_mod.project_fingerprint()
     # a changed dbt project (tilake upgrade, edited seeds) makes `tilake build` refresh by itself
-    monkeypatch.setattr(build_mod, "project_fingerprint", lambda: "a-changed-project")
+    monkeypatch.setattr(build_mod, "project_fingerprint", lambda project=None: "a-changed-project")
     res = build_swapped(lake)
     assert res.success, res.failures
     assert res.full_refresh
