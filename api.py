@@ -16,8 +16,10 @@ is a view, and results go to pandas/polars/arrow with DuckDB's own ``.df()``/``.
 
 What it is:
 
-* the lake's ``warehouse.duckdb`` opened **read-only** (DuckDB refuses INSERT/UPDATE/CREATE TABLE/…
-  inside it; nothing a notebook does changes the lake);
+* the lake's ``warehouse.duckdb`` attached **read-only** in a DuckDB instance of its own (DuckDB
+  refuses INSERT/UPDATE/CREATE TABLE/… inside it; nothing a notebook does changes the lake; settings
+  made on it never reach ``tilake sql`` or other connections in the process, nor the other way
+  round — :func:`tilake.lake.duck.connect_private`);
 * one temporary view ``raw_<table>`` per raw table (``raw_runs``, ``raw_captures``, ``raw_kernels``,
   ``raw_host_ops``, ``raw_call_stacks``, ``raw_tensor_stats``, ``raw_boundary_results``, …) over its
   Hive-partitioned Parquet, the same views ``tilake sql`` offers;
@@ -36,7 +38,7 @@ import duckdb
 
 from tilake.errors import TilakeError
 from tilake.lake import schema
-from tilake.lake.duck import connect
+from tilake.lake.duck import connect_private
 from tilake.lake.store import Lake, raw_source
 
 __all__ = ["open_lake"]
@@ -61,7 +63,7 @@ def open_lake(path: Optional[Union[str, Path]] = None) -> duckdb.DuckDBPyConnect
         raise TilakeError("the lake has no warehouse yet", path=lake.root,
                           hint="run `tilake build` (or `tilake run`) first")
     try:
-        con = connect(lake.warehouse, read_only=True)
+        con = connect_private(lake.warehouse)
     except duckdb.Error as exc:
         raise TilakeError(f"cannot open the warehouse read-only: {str(exc).splitlines()[0]}",
                           path=lake.warehouse) from exc

@@ -124,6 +124,16 @@ def _lake(lake_path):
     return Lake(lake_path)
 
 
+def _dbt_progress(f):   # --quiet/--verbose ($TILAKE_DBT_PROGRESS) and --rules DIR ($TILAKE_RULES) of the dbt build
+    f = click.option("--rules", type=click.Path(exists=True, file_okay=False), expose_value=False, callback=lambda c, p, v:
+                     v and __import__("os").environ.__setitem__(settings.RULES, v), help="Folder of seed CSVs "
+                     "(op_catalog, grading_rules, recommendations...) extending the shipped ones [env var: TILAKE_RULES; "
+                     "default <lake>/rules/].")(f)
+    for flag, text in (("verbose", "A line per dbt node."), ("quiet", "No dbt progress (failures and the summary only).")):
+        f = click.option("--" + flag, is_flag=True, expose_value=False, help=text, callback=lambda c, p, v, lv=flag:
+                         v and __import__("os").environ.__setitem__(settings.DBT_PROGRESS, lv))(f)
+    return f
+
 JSON_OPTION = click.option("--json", "as_json", is_flag=True,
                            help="Print a machine-readable JSON summary on stdout (nothing else goes to stdout).")
 
@@ -184,10 +194,19 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_
         click.echo(line)
 
 
+@main.command("dbt", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, required=True)
+@LAKE_OPTION
+def dbt_cmd(args, lake_path):
+    """Run dbt on the packaged project against the lake: tilake dbt -- docs generate (or -- ls, -- test ...)."""
+    sys.exit(__import__("tilake.lake.warehouse", fromlist=["_"]).dbt_passthrough(_lake(lake_path), args))
+
+
 @main.command()
 @click.option("--select", "select", multiple=True, help="dbt --select (repeatable); each model is built with its ancestors (+MODEL) so incremental marts never read stale tables.")
 @click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
 @LAKE_OPTION
+@_dbt_progress
 def build(select, full_refresh, lake_path):
     """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
     is swapped in atomically (readers with the warehouse open are never blocked)."""
@@ -200,7 +219,7 @@ def build(select, full_refresh, lake_path):
         click.echo(f"FAIL: {n[0]}: {n[3]}", err=True)
     click.echo(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
     if not res.success:
-        raise TilakeError("dbt build failed")
+        raise TilakeError(f"dbt build failed; dbt log: {res.log_path}")
 
 
 @main.command()
@@ -227,6 +246,7 @@ def report(run_id, out_dir, lang, lake_path):
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @LAKE_OPTION
 @JSON_OPTION
+@_dbt_progress
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
             allow_missing, out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
@@ -250,6 +270,7 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
               help="ascend: synthetic torch_npu DBs; torch: profile a tiny Qwen3-style RL step here "
                    "(CUDA when present, else CPU) with torch.profiler.")
 @JSON_OPTION
+@_dbt_progress
 def example(out_dir, lang, lake_path, backend, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
     with --backend torch, make real traces of a tiny model on this machine instead."""
@@ -420,33 +441,19 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
 # a saved query starts with a "-- comment" line: take it as the QUERY, not as an unknown option
 @main.command("sql", context_settings={"ignore_unknown_options": True})
 @click.argument("query", required=False)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
-              show_default=True, help="table prints to the terminal; csv/json/parquet write --output.")
+@click.option("--format", "fmt", type=click.Choice(["table", "line", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="table/line (one 'column = value' line each, for wide rows) print here; "
+              "csv/json go to stdout, or to --output; parquet needs --output.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="File for --format csv|json|parquet (never inside the lake).")
-@click.option("--max-rows", type=int, default=200, show_default=True, help="Rows shown in the terminal table.")
+              help="File for --format csv|json|parquet (never inside the lake); '-' is stdout.")
+@click.option("--max-rows", type=int, default=200, show_default=True, help="Rows shown by table/line.")
 @click.option("--allow-external-access", is_flag=True,
               help="Let the query read files outside the lake (read_csv('/x.csv')); off by default.")
 @LAKE_OPTION
 def sql_cmd(query, fmt, output, max_rows, allow_external_access, lake_path) -> None:
     """Read-only SQL over the warehouse marts (raw tables as raw_<table>); no QUERY opens a shell."""
-    from tilake.lake import sql as runs_sql
-
-    lake = _lake(lake_path)
-    if query is None:
-        if fmt != "table" or output:
-            raise TilakeError("--format/--output need a QUERY")
-        sys.exit(runs_sql.open_shell(lake, allow_external_access=allow_external_access))
-    if fmt == "table":
-        if output:
-            raise TilakeError("--output needs --format csv, json or parquet")
-        cols, rows = runs_sql.query(lake, query, allow_external_access)
-        runs_sql.print_result(cols, rows, max_rows)
-        return
-    if output is None:
-        raise TilakeError(f"--format {fmt} needs --output FILE")
-    n = runs_sql.export(lake, query, fmt, output, allow_external_access)
-    click.echo(f"wrote {n} row(s) to {output}")
+    from tilake.lake.sql import sql_command
+    sys.exit(sql_command(_lake(lake_path), query, fmt, output, max_rows, allow_external_access))
 
 
 @main.command("trend")

@@ -35,6 +35,16 @@ MEMORY_LIMIT = "TILAKE_MEMORY_LIMIT"
 MEMORY_LIMIT_MIN_MIB, MEMORY_LIMIT_MAX_MIB = 256, 2048
 _SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
 
+# how much of a dbt build tilake prints on stderr: quiet (nothing but failures and the summary),
+# normal ("dbt build: N of M nodes"; one updating line on a terminal, a line per tenth elsewhere),
+# verbose (a line per node with its status and seconds); `--quiet`/`--verbose` on build/run set it
+DBT_PROGRESS = "TILAKE_DBT_PROGRESS"
+DBT_PROGRESS_LEVELS = ("quiet", "normal", "verbose")
+
+# a folder of seed CSVs (op_catalog, grading_rules, recommendations, ...) that extend or override the
+# shipped ones (tilake.lake.rules); --rules DIR sets it; default <lake>/rules/ when that exists
+RULES = "TILAKE_RULES"
+
 # stdout markers of the NPU seam's child script (not environment variables, see the module docstring)
 PROBE_MARKER = "TILAKE_PROBE"
 NO_EXPORT_TYPE_MARKER = "TILAKE_NO_EXPORT_TYPE"
@@ -95,3 +105,15 @@ def memory_limit(env: Optional[Mapping[str, str]] = None) -> str:
     env = os.environ if env is None else env
     value = env.get(MEMORY_LIMIT)
     return check_memory_limit(value) if value else default_memory_limit()
+
+def dbt_progress(env: Optional[Mapping[str, str]] = None) -> str:
+    """``$TILAKE_DBT_PROGRESS`` if one of :data:`DBT_PROGRESS_LEVELS`, else ``normal``."""
+    env = os.environ if env is None else env
+    v = (env.get(DBT_PROGRESS) or "").strip().lower()
+    return v if v in DBT_PROGRESS_LEVELS else "normal"
+
+
+def rules_path(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``$TILAKE_RULES`` if set and not empty, else None (a path string, not resolved)."""
+    env = os.environ if env is None else env
+    return env.get(RULES) or None

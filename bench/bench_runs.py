@@ -7,8 +7,8 @@ Prints figures, asserts nothing. Steps:
    ``base`` and ``fused-changed`` (inference attention unfused into BatchMatMulV2+SoftmaxV2+BatchMatMulV2).
 2. **Clone N runs** without ingesting N databases (N × ~2 s would dominate): for every raw table,
    one DuckDB ``COPY (SELECT … REPLACE (run_id, created_at, …) FROM template × range(N)) TO raw/<table>
-   (FORMAT parquet, PARTITION_BY (run_id[, side, rank]), WRITE_PARTITION_COLUMNS true)`` — the same
-   Hive layout and in-file partition columns the Lake writer produces. Runs alternate the two
+   (FORMAT parquet, PARTITION_BY (run_id[, side, rank]))`` (partition columns only in the path) — the same
+   Hive layout the Lake writer produces. Runs alternate the two
    templates, two model families (qwen3/llama) and two vllm-ascend versions (tag ``tool.vllm-ascend``),
    steps 1..N/2, and each carries a 3-boundary dump analysis whose first divergence moves.
 3. **Builds**, all with ``tilake.lake.warehouse.dbt_build`` (what ``tilake build`` runs):
@@ -90,10 +90,11 @@ def clone_runs(lake: Lake, template: Lake, n: int) -> None:
             staged = lake.root / ".bench-staging" / table
             staged.parent.mkdir(parents=True, exist_ok=True)
             con.execute(
-                f"COPY (SELECT {select} FROM read_parquet({glob}, hive_partitioning=false, union_by_name=true) t "
+                f"COPY (SELECT {select} FROM read_parquet({glob}, hive_partitioning=true, "
+                f"hive_types={schema.hive_types_sql(table)}, union_by_name=true) t "
                 f"JOIN range({n}) g(i) ON t.run_id = CASE WHEN g.i % 3 = 2 THEN 'tmpl-changed' ELSE 'tmpl-base' END) "
                 f"TO {sql_str(staged)} (FORMAT parquet, PARTITION_BY ({', '.join(parts)}), "
-                "WRITE_PARTITION_COLUMNS true, COMPRESSION zstd)")
+                "COMPRESSION zstd)")   # partition columns only in the path (tilake.lake.schema)
             for d in staged.iterdir():
                 d.rename(lake.raw / table / d.name)
         # dump analyses: b0 → b1 → b2, first divergence at position i % 3
@@ -102,8 +103,7 @@ def clone_runs(lake: Lake, template: Lake, n: int) -> None:
             f"COPY (SELECT 'bench-' || lpad(i::varchar, 5, '0') AS run_id, 'qwen3_hf_vllm' AS map_name, 'train' AS reference_side, "
             "NULL AS train_path, NULL AS infer_path, 1 AS rounds, 'nonzero' AS verdict, 'rounding_only' AS consistency, "
             "NULL AS verdict_reason, NULL AS task_card, TIMESTAMP '2026-01-01' + to_seconds(i::bigint) AS created_at "
-            f"FROM range({n}) r(i)) TO {sql_str(staged / 'dump_runs')} (FORMAT parquet, PARTITION_BY (run_id), "
-            "WRITE_PARTITION_COLUMNS true)")
+            f"FROM range({n}) r(i)) TO {sql_str(staged / 'dump_runs')} (FORMAT parquet, PARTITION_BY (run_id))")
         bcols = schema.TABLES["boundary_results"]
         fixed = {"run_id": "'bench-' || lpad(r.i::varchar, 5, '0')", "round": "0", "kind": "'activation'",
                  "boundary": "'layers.0.b' || p.pos", "position": "p.pos", "layer": "0", "op": "'op'",
@@ -118,7 +118,7 @@ def clone_runs(lake: Lake, template: Lake, n: int) -> None:
                          "ELSE 'propagated' END"}
         sel = ", ".join(f'CAST({fixed.get(c, "NULL")} AS {t}) AS "{c}"' for c, t in bcols)
         con.execute(f"COPY (SELECT {sel} FROM range({n}) r(i), range(3) p(pos)) TO {sql_str(staged / 'boundary_results')} "
-                    "(FORMAT parquet, PARTITION_BY (run_id), WRITE_PARTITION_COLUMNS true)")
+                    "(FORMAT parquet, PARTITION_BY (run_id))")
         for table in ("dump_runs", "boundary_results"):
             for d in (staged / table).iterdir():
                 d.rename(lake.raw / table / d.name)

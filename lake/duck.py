@@ -28,6 +28,11 @@ from tilake import settings
 from tilake.errors import TilakeError
 
 _NO_NETWORK = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+# DuckDB 1.5.5: with top_n_window_elimination, a CREATE TABLE AS of ``qualify row_number() over
+# (partition by <Hive partition column> order by …) = 1`` joined to another relation writes 0 rows
+# while the SELECT alone returns them (found on dim_runs over raw/runs read with
+# hive_partitioning=true); every tilake connection and the dbt profile switch it off
+SAFE_OPTIMIZERS = {"disabled_optimizers": "top_n_window_elimination"}
 
 
 def sqlite_extension_path() -> str:
@@ -82,10 +87,34 @@ def connect(database: Optional[Union[str, Path]] = None, read_only: bool = False
         TilakeError: ``$TILAKE_MEMORY_LIMIT`` is not a size.
     """
     spill = spill_root() / f"c{next(_SPILL_SEQ)}"
-    config = dict(_NO_NETWORK, memory_limit=settings.memory_limit(), temp_directory=str(spill))
+    config = dict(_NO_NETWORK, memory_limit=settings.memory_limit(), temp_directory=str(spill), **SAFE_OPTIMIZERS)
     con = duckdb.connect(str(database) if database else ":memory:", read_only=read_only, config=config)
     if sqlite:
         con.execute(f"LOAD '{sqlite_extension_path()}'")
+    return con
+
+
+def connect_private(database: Union[str, Path]) -> duckdb.DuckDBPyConnection:
+    """Open ``database`` read-only in a DuckDB instance of its own (not shared with any other connection).
+
+    ``duckdb.connect(file)`` hands every connection to the same file in one process the same database
+    instance, so settings are shared: ``tilake sql``'s ``lock_configuration`` (and its file-access
+    limits) landed on a notebook's ``tilake.open_lake()`` connection, and the next ``tilake sql`` query
+    in that process failed with 'Cannot change configuration option … the configuration has been
+    locked'. Here the connection is a fresh in-memory instance that ATTACHes the file ``READ_ONLY``
+    under its file stem (``warehouse``: the catalog name the dbt-built views use) and makes it the
+    default catalog (``USE``), so unqualified names are the file's tables and views.
+
+    Raises:
+        duckdb.Error: the file cannot be attached (missing, not a DuckDB file, locked by a writer).
+    """
+    con = connect()
+    try:
+        con.execute(f"ATTACH {sql_str(database)} AS \"{Path(database).stem}\" (READ_ONLY)")
+        con.execute(f'USE "{Path(database).stem}"')
+    except duckdb.Error:
+        con.close()
+        raise
     return con
 
 

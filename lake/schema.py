@@ -1,9 +1,18 @@
 """The lake's ``raw/`` tables, each defined once: columns, types, partitions, owner, grain.
 
 Each table is a folder ``raw/<table>/`` holding Hive-style partitions
-``run_id=<id>[/side=<side>/rank=<rank>]/part-*.parquet`` plus one zero-row ``_empty.parquet``
-that fixes the schema (so dbt sources resolve on an empty lake). The partition columns are
-also stored inside every file; readers use ``hive_partitioning=false``.
+``run_id=<id>[/side=<side>/rank=<rank>]/part-*.parquet`` and nothing else, so any engine reads it as
+a Hive dataset with no option beyond the partitioning flag: ``pd.read_parquet('<lake>/raw/kernels')``,
+``pyarrow.dataset.dataset(..., partitioning='hive')``, DuckDB ``read_parquet('<lake>/raw/kernels/**/*.parquet',
+hive_partitioning=true)``, polars/Spark. The partition columns (:func:`hive_keys`) live only in the
+path (a column in both the path and the file made pyarrow fail: "Field run_id has incompatible types:
+string vs dictionary"); the files hold :func:`file_columns`. One zero-row schema file per table sits
+outside the partition tree, ``raw/<table>/_schema/run_id=_/[side=_/rank=0/]schema.parquet``
+(:func:`schema_file_rel`): pyarrow, pandas and Spark skip ``_``-prefixed folders (the Hive metadata
+convention, as ``_SUCCESS``/``_common_metadata``); a DuckDB or polars ``**/*.parquet`` glob reads it
+as zero rows with the same partition keys (no "Hive partition mismatch"). It sorts before the
+``run_id=`` folders, so the dbt sources take the schema from it and resolve on an empty lake. DuckDB readers pass :func:`hive_types_sql` (``rank`` is an
+INTEGER, run ids stay text even when they look like numbers).
 
 :data:`RAW_TABLES` is the one definition. Everything else is derived from it: :data:`TABLES`
 and :data:`PARTITIONS` (the Python writer, :mod:`tilake.lake.store`), :data:`PROFILE_TABLES` and
@@ -13,8 +22,9 @@ and :data:`PARTITIONS` (the Python writer, :mod:`tilake.lake.store`), :data:`PRO
 
 Units: every time is integer nanoseconds (``*_ns``), sizes are bytes, ``*_ulp`` units in the last
 place of the tensor's native dtype. JSON-typed columns hold JSON text.
-Adding a column: append it here; ``Lake.ensure`` rewrites older partitions with the column as NULL
-(the dbt sources read with ``union_by_name=false`` and need every file to carry every column).
+No column is HUGEINT (exports would turn it into floats). Adding a column: append it here;
+``Lake.ensure`` rewrites older partitions with the column as NULL (the dbt sources read with
+``union_by_name=false`` and need every file to carry every column).
 """
 from __future__ import annotations
 
@@ -213,9 +223,40 @@ SOURCE_DESCRIPTIONS = {
     "lake_dumps": "msprobe dump analysis tables written by tilake (diagnosis/lake_rows.py), "
                   "Hive-partitioned Parquet.",
 }
-# how dbt-duckdb reads every source table: straight from the Parquet files (see the module docstring)
+
+
+def hive_keys(table: str) -> List[str]:
+    """Partition columns of ``table`` in folder order: ``run_id`` then :data:`PARTITIONS` (path only)."""
+    return ["run_id"] + PARTITIONS[table]
+
+
+def file_columns(table: str) -> List[Column]:
+    """The ``(name, type)`` columns stored inside each Parquet file of ``table``: its :data:`TABLES`
+    columns less the partition columns (:func:`hive_keys`), in order."""
+    keys = set(hive_keys(table))
+    return [(c, ty) for c, ty in TABLES[table] if c not in keys]
+
+
+def hive_types_sql(table: str) -> str:
+    """DuckDB ``hive_types`` struct of ``table``'s partition columns, e.g.
+    ``{'run_id': VARCHAR, 'side': VARCHAR, 'rank': INTEGER}`` (types from :data:`TABLES`)."""
+    types = dict(TABLES[table])
+    return "{" + ", ".join(f"'{k}': {types[k]}" for k in hive_keys(table)) + "}"
+
+
+def schema_file_rel(table: str) -> str:
+    """Path of ``table``'s zero-row schema file relative to the lake root:
+    ``raw/<table>/_schema/run_id=_[/side=_/rank=0]/schema.parquet`` (a value of each partition column's type)."""
+    types = dict(TABLES[table])
+    parts = [f"{k}={'0' if types[k] in ('INTEGER', 'BIGINT') else '_'}" for k in hive_keys(table)]
+    return "/".join(["raw", table, "_schema", *parts, "schema.parquet"])
+
+
+# how dbt-duckdb reads every source table (the schema file sorts first and fixes the columns, see the
+# module docstring); {tilake_hive_types} comes from the table's meta (dbt merges source and table meta,
+# dbt-duckdb formats the template with it)
 EXTERNAL_LOCATION = ("read_parquet('{{ env_var('TILAKE_LAKE', '../tilake-lake') }}/raw/{name}/**/*.parquet', "
-                     "hive_partitioning=false, union_by_name=false)")
+                     "hive_partitioning=true, hive_types={tilake_hive_types}, union_by_name=false)")
 
 
 def dbt_sources() -> Dict[str, Any]:
@@ -223,7 +264,8 @@ def dbt_sources() -> Dict[str, Any]:
 
     Returns:
         ``{"version": 2, "sources": [{"name", "description", "meta": {"external_location"},
-        "tables": [{"name", "description", "columns": [{"name", "data_type", "description"?}]}]}]}``,
+        "tables": [{"name", "description", "meta": {"tilake_hive_types"},
+        "columns": [{"name", "data_type", "description"?}]}]}]}``,
         one source per :attr:`RawTable.source` in definition order (``lake``, ``lake_dumps``), tables
         and columns in file order; ``data_type`` is the DuckDB type. A column's ``description`` is
         present only when the schema gives one.
@@ -233,7 +275,8 @@ def dbt_sources() -> Dict[str, Any]:
         src = sources.setdefault(t.source, {"name": t.source, "description": SOURCE_DESCRIPTIONS[t.source],
                                             "meta": {"external_location": EXTERNAL_LOCATION}, "tables": []})
         cols = [{"name": c, "data_type": ty, **({"description": d} if d else {})} for c, ty, d in t.columns]
-        src["tables"].append({"name": t.name, "description": t.description, "columns": cols})
+        meta = {"tilake_hive_types": hive_types_sql(t.name)}
+        src["tables"].append({"name": t.name, "description": t.description, "meta": meta, "columns": cols})
     return {"version": 2, "sources": list(sources.values())}
 
 

@@ -35,7 +35,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import duckdb
 
 from tilake.lake import schema
-from tilake.lake.duck import connect, sql_str
+from tilake.lake.duck import connect_private, sql_str
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake, raw_source
 
@@ -105,7 +105,7 @@ def open_readonly(lake: Lake, sql_hint: Optional[str] = None, allow_external_acc
     if not lake.warehouse.exists():
         raise TilakeError("no warehouse yet", path=lake.warehouse, hint="run `tilake build` (or `tilake run`) first")
     try:
-        con = connect(lake.warehouse, read_only=True)
+        con = connect_private(lake.warehouse)
     except duckdb.Error as exc:
         raise TilakeError(f"cannot open the warehouse read-only: {duckdb_error_line(exc)}", path=lake.warehouse)
     only = None
@@ -251,6 +251,8 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
     """
     if fmt not in FORMATS:
         raise TilakeError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if str(output) == "-" or Path(output).name == "-":
+        raise TilakeError("refusing to write a file named '-' (for stdout, leave --output out)")
     output = Path(output).expanduser().resolve()
     root = lake.root.resolve()
     if output == root or root in output.parents:
@@ -277,6 +279,74 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
         return n
     finally:
         con.close()
+
+
+def sql_command(lake: Lake, sql: Optional[str], fmt: str = "table", output: Optional[Path] = None,
+                max_rows: int = 200, allow_external_access: bool = False) -> int:
+    """``tilake sql``: no query opens the shell; table/line print here; csv/json go to stdout unless
+    ``output`` names a file (``-`` is stdout: a file named ``-`` is never written); parquet needs a file.
+
+    Returns:
+        the exit status (the shell's, else 0).
+    Raises:
+        TilakeError: an option that does not fit the format; see :func:`query` / :func:`export`.
+    """
+    if sql is None:
+        if fmt != "table" or output:
+            raise TilakeError("--format/--output need a QUERY")
+        return open_shell(lake, allow_external_access=allow_external_access)
+    if fmt in ("table", "line"):
+        if output:
+            raise TilakeError("--output needs --format csv, json or parquet")
+        cols, rows = query(lake, sql, allow_external_access)
+        (print_lines if fmt == "line" else print_result)(cols, rows, max_rows)
+    elif output is None or str(output) == "-":
+        export_stdout(lake, sql, fmt, allow_external_access)
+    else:
+        print(f"wrote {export(lake, sql, fmt, output, allow_external_access)} row(s) to {output}")
+    return 0
+
+
+def export_stdout(lake: Lake, sql: str, fmt: str, allow_external_access: bool = False, out=None) -> int:
+    """Write the result of one SELECT as csv (header) or json (array of objects) to stdout.
+
+    The bytes are exactly those ``--output FILE`` gets (DuckDB's COPY into a private temp folder,
+    then copied out), so ``tilake sql Q --format csv > x.csv`` equals ``-o x.csv``.
+
+    Returns:
+        rows written.
+    Raises:
+        TilakeError: parquet (binary) asked for stdout; see :func:`export`.
+    """
+    import tempfile
+
+    if fmt == "parquet":
+        raise TilakeError("--format parquet is binary: give --output FILE (not stdout)")
+    out = out or sys.stdout
+    with tempfile.TemporaryDirectory(prefix="tilake-sql-") as d:
+        f = Path(d) / f"result.{fmt}"
+        n = export(lake, sql, fmt, f, allow_external_access)
+        text = f.read_text(encoding="utf-8")
+    out.write(text if not text or text.endswith("\n") else text + "\n")
+    out.flush()
+    return n
+
+
+def print_lines(cols: List[str], rows: List[tuple], max_rows: int = 200, out=None) -> None:
+    """Vertical (line) mode for wide rows: one ``column = value`` line per column, a ``-- row N --``
+    line before each row (DuckDB CLI ``.mode line`` with row numbers); nothing is cut or wrapped
+    into columns, so it reads at 80 columns and in logs."""
+    out = out or sys.stdout
+    if not cols:
+        out.write("ok (no result set)\n")
+        return
+    width = max(len(str(c)) for c in cols)
+    for i, r in enumerate(rows[:max_rows], 1):
+        out.write(f"-- row {i} --\n")
+        for c, v in zip(cols, r):
+            out.write(f"{str(c).rjust(width)} = {'NULL' if v is None else v}\n")
+    more = len(rows) - max_rows
+    out.write(f"{len(rows)} row(s)" + (f" — {more} not shown (use --max-rows or --format csv)" if more > 0 else "") + "\n")
 
 
 def print_result(cols: List[str], rows: List[tuple], max_rows: int = 200, console=None) -> None:

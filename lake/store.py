@@ -124,18 +124,24 @@ class Lake:
 
     # ------------------------------------------------------------------ layout
     def ensure(self) -> None:
-        """Create the folders and a zero-row ``_empty.parquet`` per registered table; migrate old lakes.
+        """Create the folders and a zero-row schema file per registered table; migrate old lakes.
 
-        Every Parquet file of a table carries the table's full column set (``schema.TABLES``), so
-        the dbt sources read the lake with ``union_by_name=false``: DuckDB then takes the schema from
-        the first file of the glob (``_empty.parquet`` sorts before ``run_id=…``) instead of reading
-        every file footer at bind time (≈ 0.5 s per reference at 3 000 files; DuckDB 1.5.5 matches
-        the other files' columns by name, casts types, ignores extra columns, and fails on a
-        missing one). When the schema file shows that a table gained columns since the lake was
-        written, every file of the table lacking a column is rewritten with the column as NULL
-        (temp file ``.tmp-*.parquet-partial`` + ``os.replace`` per file), then the schema file; an
-        interrupted migration leaves the schema file stale, so the next call resumes it, first
-        deleting any temp file left. :meth:`writing` calls it once per command, under the lock.
+        Layout (:mod:`tilake.lake.schema`): partition columns only in the ``key=value`` path, every
+        data file carrying the table's full :func:`~tilake.lake.schema.file_columns`, and the schema
+        file at :meth:`schema_file` (``raw/<table>/_schema/run_id=_/…/schema.parquet``). The dbt sources
+        read ``raw/<table>/**/*.parquet`` with ``union_by_name=false``: DuckDB takes the schema from the
+        first file of the glob (the schema file sorts first) instead of reading every footer at
+        bind time (≈ 0.5 s per reference at 3 000 files; DuckDB 1.5.5 matches the other files'
+        columns by name, casts types, ignores extra columns, and fails on a missing one).
+
+        Migration, when a table's schema file is missing or differs from the schema: every data file
+        that stores a partition column (lakes before the Hive-readable layout, whose files also
+        carried ``run_id``/``side``/``rank``, which pyarrow refused to merge with the path) or lacks a
+        column is rewritten without the partition columns and with the missing columns as NULL
+        (temp file ``.tmp-*.parquet-partial`` + ``os.replace`` per file); then the schema file is
+        written and the old root ``raw/<table>/_empty.parquet`` deleted. An interrupted migration
+        leaves the schema file stale or absent, so the next call resumes it, first deleting any temp
+        file left. :meth:`writing` calls it once per command, under the lock.
 
         Raises:
             TilakeError: the lake path is a file.
@@ -145,29 +151,31 @@ class Lake:
         self.raw.mkdir(parents=True, exist_ok=True)
         con = None
         for table in schema.TABLES:
-            want = [c for c, _t in schema.TABLES[table]]
-            empty = self.raw / table / "_empty.parquet"
-            if empty.exists():
+            want = [c for c, _t in schema.file_columns(table)]
+            target, old = self.schema_file(table), self.raw / table / "_empty.parquet"
+            if target.exists() and not old.exists():
                 con = con or connect()
-                have = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_str(empty)})").fetchall()]
-                if have == want:
+                if parquet_columns(con, target) == want:
                     continue
-            empty.parent.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
             con = con or connect()
             self._migrate_table(con, table)
-            with atomic_path(empty, TMP_PREFIX, TMP_SUFFIX) as tmp:
-                con.execute(f"COPY (SELECT {schema.null_list(schema.TABLES[table])} WHERE false) "
+            with atomic_path(target, TMP_PREFIX, TMP_SUFFIX) as tmp:
+                con.execute(f"COPY (SELECT {schema.null_list(schema.file_columns(table))} WHERE false) "
                             f"TO {sql_str(tmp)} (FORMAT parquet)")
+            old.unlink(missing_ok=True)
         if con is not None:
             con.close()
 
     def _migrate_table(self, con, table: str) -> int:
-        """Rewrite the files of ``table`` that lack columns of ``schema.TABLES[table]``; returns how many.
+        """Rewrite the data files of ``table`` that store a partition column or lack a column of
+        :func:`~tilake.lake.schema.file_columns`; returns how many.
 
-        Rows and values are kept; a missing column is added as ``NULL`` of its type; columns the
-        schema no longer lists are kept in the file (readers ignore them).
+        Rows and values are kept; partition columns are dropped from the file (the path holds them);
+        a missing column is added as ``NULL`` of its type; columns the schema no longer lists are
+        kept in the file (readers ignore them).
         """
-        cols = schema.TABLES[table]
+        cols, keys = schema.file_columns(table), set(schema.hive_keys(table))
         # a migration killed mid-way left the schema file stale (it is written last), so this runs
         # again: first drop its half-written or not-yet-renamed temp files
         for stale in (self.raw / table).glob(f"**/{TMP_PREFIX}*"):
@@ -177,20 +185,27 @@ class Lake:
         for f in sorted((self.raw / table).glob("run_id=*/**/*.parquet")):
             if f.name.startswith("."):
                 continue
-            have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_str(f)})").fetchall()}
+            have = parquet_columns(con, f)
+            drop = [c for c in have if c in keys]
             missing = [(c, t) for c, t in cols if c not in have]
-            if not missing:
+            if not missing and not drop:
                 continue
-            add = schema.null_list(missing)
+            select = "*" + (" EXCLUDE (" + ", ".join(f'"{c}"' for c in drop) + ")" if drop else "")
+            add = (", " + schema.null_list(missing)) if missing else ""
             # the temp name does not end in .parquet: no reader glob can pick it up if we are killed
             with atomic_path(f, TMP_PREFIX, TMP_SUFFIX) as tmp:
-                con.execute(f"COPY (SELECT *, {add} FROM read_parquet({sql_str(f)})) TO {sql_str(tmp)} "
-                            "(FORMAT parquet, COMPRESSION zstd)")
+                con.execute(f"COPY (SELECT {select}{add} FROM read_parquet({sql_str(f)}, hive_partitioning=false)) "
+                            f"TO {sql_str(tmp)} (FORMAT parquet, COMPRESSION zstd)")
             n += 1
         return n
 
+    def schema_file(self, table: str) -> Path:
+        """The zero-row file fixing ``table``'s file columns (:func:`tilake.lake.schema.schema_file_rel`)."""
+        return self.root / schema.schema_file_rel(table)
+
     def table_glob(self, table: str) -> str:
-        """Glob of every Parquet file of ``table`` (including the schema file)."""
+        """Glob of every Parquet file of ``table`` (including the schema file; read it with
+        ``hive_partitioning=true, hive_types=`` :func:`tilake.lake.schema.hive_types_sql`)."""
         return str(self.raw / table / "**" / "*.parquet")
 
     # ------------------------------------------------------------------ locking
@@ -397,17 +412,13 @@ class RunWriter:
                    con=None) -> int:
         """Write the rows of ``sql`` (must yield the table's columns by name) as one Parquet file.
 
-        The run id and partition values are forced onto every row. Returns the row count.
+        The run id and partition values go into the folder path only (the file holds
+        :func:`~tilake.lake.schema.file_columns`; a partition column ``sql`` yields is ignored).
+        Returns the row count.
         """
         partition = dict(partition or {})
         con = con or self.con
-        fixed = {"run_id": self.run_id, **partition}
-        cols = []
-        for c, t in schema.TABLES[table]:
-            if c in fixed:
-                cols.append(f"CAST({sql_str(fixed[c])} AS {t}) AS \"{c}\"")
-            else:
-                cols.append(f'CAST(q."{c}" AS {t}) AS "{c}"')
+        cols = [f'CAST(q."{c}" AS {t}) AS "{c}"' for c, t in schema.file_columns(table)]
         target = self._target(table, partition)
         con.execute(f"COPY (SELECT {', '.join(cols)} FROM ({sql}) q) TO {sql_str(target)} "
                     "(FORMAT parquet, COMPRESSION zstd)")
@@ -456,10 +467,25 @@ class RunWriter:
             self.con.execute(f'DROP TABLE "{tmp}"')
 
 
+def parquet_columns(con, path: Union[str, Path]) -> List[str]:
+    """Column names stored in one Parquet file (Hive path parsing off: ``run_id=`` folders add nothing)."""
+    return [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_str(path)}, "
+                                      "hive_partitioning=false)").fetchall()]
+
+
 def raw_source(lake: Lake, table: str) -> str:
-    """SQL table expression for a raw table: ``read_parquet`` of its files, or a typed empty
-    relation when the table has no file yet (a lake written before the table existed)."""
+    """SQL table expression for a raw table, columns in :data:`tilake.lake.schema.TABLES` order:
+    ``read_parquet`` of its files as a Hive dataset (partition columns from the path, typed by
+    :func:`~tilake.lake.schema.hive_types_sql`; ``WHERE run_id = …`` opens only that run's files), or
+    a typed empty relation when the table has no file yet. A lake not yet migrated by
+    :meth:`Lake.ensure` (read-only readers never migrate; its root ``_empty.parquet`` has no
+    partition path and its files store the partition columns) is read with path parsing off."""
+    cols = schema.TABLES[table]
     if any((lake.raw / table).rglob("*.parquet")) if (lake.raw / table).is_dir() else False:
-        return (f"read_parquet({sql_str(lake.table_glob(table))}, hive_partitioning=false, "
-                "union_by_name=true)")
-    return f"(SELECT {schema.null_list(schema.TABLES[table])} WHERE false)"
+        names = ", ".join(f'"{c}"' for c, _t in cols)
+        if (lake.raw / table / "_empty.parquet").exists():
+            return (f"(SELECT {names} FROM read_parquet({sql_str(lake.table_glob(table))}, hive_partitioning=false, "
+                    "union_by_name=true))")
+        return (f"(SELECT {names} FROM read_parquet({sql_str(lake.table_glob(table))}, hive_partitioning=true, "
+                f"hive_types={schema.hive_types_sql(table)}, union_by_name=true))")
+    return f"(SELECT {schema.null_list(cols)} WHERE false)"

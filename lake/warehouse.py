@@ -42,15 +42,27 @@ PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt_project"
 _FINGERPRINTED = ("models", "macros", "seeds", "dbt_project.yml")
 
 
-def project_fingerprint() -> str:
-    """sha256 (hex) over the dbt project's models, macros, seeds and ``dbt_project.yml`` (paths + bytes)."""
+def project_fingerprint(project: Optional[Path] = None) -> str:
+    """sha256 (hex) over the dbt project's models, macros, seeds and ``dbt_project.yml`` (paths + bytes).
+
+    ``project`` defaults to the packaged project; a project with user rules merged into its seeds
+    (:mod:`tilake.lake.rules`) has another fingerprint, so changing rules triggers a full refresh.
+    """
+    project = project or PROJECT_DIR
     h = hashlib.sha256()
     for top in _FINGERPRINTED:
-        p = PROJECT_DIR / top
+        p = project / top
         files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
         for f in files:
-            h.update(f.relative_to(PROJECT_DIR).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+            h.update(f.relative_to(project).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def _project(lake: Lake):
+    """The dbt project to run for ``lake`` and its rules record (see :mod:`tilake.lake.rules`)."""
+    from tilake.lake import rules
+
+    return rules.project_with_rules(PROJECT_DIR, rules.rules_dir(lake.root), lake.root / ".dbt" / "project")
 
 
 _SAFE_PATH = re.compile(r"^[\w./ @%+=,:~-]+$")
@@ -173,6 +185,53 @@ def _disk_failure(lake: Lake, res) -> Optional[TilakeError]:
     return None
 
 
+class DbtProgress:
+    """dbt's node events (a ``dbtRunner`` callback) as "dbt build: N of M nodes" on a stream (stderr).
+
+    M comes from dbt's ``LogStartLine`` events (``total``: the nodes dbt queued, tests included), N
+    counts ``NodeFinished`` events. Levels (:func:`tilake.settings.dbt_progress`): ``quiet`` prints
+    nothing; ``normal`` rewrites one line on a terminal (``\\r``) and, when the stream is not a
+    terminal (logs, CI), prints a plain line each tenth of the nodes and at the end; ``verbose``
+    prints a line per node: ``dbt build: 12 of 93 nodes  model fct_op_comparison success 0.41 s``.
+    """
+
+    def __init__(self, command: str, level: str = "normal", stream=None) -> None:
+        self.command, self.level = command, level
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.total, self.done, self._tenth, self._open = 0, 0, 0, False
+
+    def __call__(self, ev) -> None:
+        name = ev.info.name
+        if name == "LogStartLine":
+            self.total = max(self.total, int(ev.data.total or 0))
+        elif name == "NodeFinished" and self.level != "quiet":
+            self.done += 1
+            total = max(self.total, self.done)
+            line = f"dbt {self.command}: {self.done} of {total} nodes"
+            if self.level == "verbose":
+                ni, rr = ev.data.node_info, ev.data.run_result
+                self._write(f"{line}  {ni.resource_type} {ni.node_name} {rr.status or ni.node_status} "
+                            f"{rr.execution_time:.2f} s\n")
+            elif self.tty:
+                self._write(f"\r{line}")
+                self._open = True
+            elif self.done * 10 // total > self._tenth or self.done == total:
+                self._tenth = self.done * 10 // total
+                self._write(line + "\n")
+
+    def close(self) -> None:
+        """End an open terminal line."""
+        if self._open:
+            self._write("\n")
+            self._open = False
+
+    def _write(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.write(text)
+            self.stream.flush()
+
+
 @dataclass
 class BuildResult:
     """Outcome of one dbt invocation (a node is ``(name, resource type, status, message)``)."""
@@ -187,6 +246,10 @@ class BuildResult:
     warnings: List[tuple] = field(init=False)
     # incremental models were rebuilt from scratch (asked, or chosen because the project changed)
     full_refresh: bool = False
+    # dbt's log file (``<lake>/.dbt/logs/dbt.log``): named in failure messages
+    log_path: Optional[Path] = None
+    # the user rules merged into the seeds ({"dir", "sha256", "files"}; tilake.lake.rules), None without
+    rules: Optional[dict] = None
 
     def __post_init__(self) -> None:
         self.failures = [n for n in self.nodes if n[2] in ("error", "fail", "runtime error")]
@@ -200,10 +263,11 @@ class BuildResult:
         """Return ``self`` when dbt succeeded.
 
         Raises:
-            TilakeError: ``"<what> (<failure summary>)"``, one line.
+            TilakeError: ``"<what> (<failure summary>); dbt log: <path>"``, one line.
         """
         if not self.success:
-            raise TilakeError(f"{what} ({self.failure_summary()})", path=path)
+            log = f"; dbt log: {self.log_path}" if self.log_path else ""
+            raise TilakeError(f"{what} ({self.failure_summary()}){log}", path=path)
         return self
 
 
@@ -224,54 +288,101 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
             project build (no ``select``) when the warehouse was built by another version of the dbt
             project (:func:`project_fingerprint` differs from the recorded one): incremental tables
             must not keep rows computed by old models or seeds.
-        extra: more dbt arguments. progress: a spinner on a terminal's stderr.
+        extra: more dbt arguments. progress: "dbt build: N of M nodes" on stderr (:class:`DbtProgress`,
+            at the level :func:`tilake.settings.dbt_progress` names); False prints nothing.
     Returns:
         :class:`BuildResult`.
     Raises:
-        TilakeError: dbt could not start (bad project or profile); LakeBusyError.
+        TilakeError: dbt could not start (bad project or profile; the message names dbt's log
+            file); LakeBusyError.
     """
     from dbt.cli.main import dbtRunner
     from rich.console import Console
 
+    from tilake.lake.rules import record_json
+
     dbt_dir = lake.root / ".dbt"
-    args = [command, "--project-dir", str(PROJECT_DIR), "--profiles-dir", str(PROJECT_DIR),
-            "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
-            "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"]
-    if select:
-        args += ["--select", *with_ancestors(select)]
-    sha = project_fingerprint()
-    args += ["--vars", json.dumps({"tilake_project_sha": sha})]
-    args += list(extra or [])
     console = Console(stderr=True)
-    status = (console.status(f"dbt {command}: seeds, models and tests of {lake.root.name} …")
-              if progress and console.is_terminal else contextlib.nullcontext())
-    with lake.writing(), status, _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
+    meter = DbtProgress(command, settings.dbt_progress() if progress else "quiet")
+    with lake.writing(), _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
                                       DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
+        project, rules = _project(lake)
+        args = [command, "--project-dir", str(project), "--profiles-dir", str(PROJECT_DIR),
+                "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
+                "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"]
+        if select:
+            args += ["--select", *with_ancestors(select)]
+        sha = project_fingerprint(project)
+        args += ["--vars", json.dumps({"tilake_project_sha": sha, "tilake_rules": record_json(rules)})]
+        args += list(extra or [])
+        if rules:
+            console.print(f"rules: {rules['dir']} ({', '.join(rules['files'])})", markup=False, highlight=False)
         auto_refresh = False
         if not full_refresh and not select and command in ("build", "run"):
             recorded = warehouse_project_sha(lake.warehouse)
             auto_refresh = recorded is not None and recorded != sha
             if auto_refresh:
-                why = ("the dbt project changed since this warehouse was built (tilake upgraded or seeds edited)"
+                why = ("the dbt project changed since this warehouse was built (tilake upgraded, seeds or rules edited)"
                        if recorded else "this warehouse has no record of the dbt project that built it "
                        "(plain dbt, a partial build or an older tilake)")
                 console.print(f"[yellow]{why}: full refresh[/yellow]")
         if full_refresh or auto_refresh:
             args.append("--full-refresh")
         with _held_dbt_output() as held:
-            res = dbtRunner().invoke(args)
+            try:
+                res = dbtRunner(callbacks=[meter]).invoke(args)
+            finally:
+                meter.close()
     failed = _disk_failure(lake, res)   # full disk / read-only lake: one line naming the lake
     if failed is not None:
         raise failed from res.exception
     sys.stdout.write(held.getvalue())
     if res.exception is not None:
-        raise TilakeError(f"dbt {command} could not run: {res.exception}", path=PROJECT_DIR) from res.exception
+        raise TilakeError(f"dbt {command} could not run: {res.exception} (dbt log: {dbt_dir / 'logs' / 'dbt.log'})",
+                          path=PROJECT_DIR) from res.exception
     nodes = []
     for r in getattr(res.result, "results", None) or []:
         node = getattr(r, "node", None)
         nodes.append((getattr(node, "name", "?"), getattr(node, "resource_type", "?"),
                       str(getattr(r, "status", "")).lower(), getattr(r, "message", None) or ""))
-    return BuildResult(bool(res.success), nodes, full_refresh=bool(full_refresh or auto_refresh))
+    return BuildResult(bool(res.success), nodes, full_refresh=bool(full_refresh or auto_refresh),
+                       log_path=dbt_dir / "logs" / "dbt.log", rules=rules)
+
+
+def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:
+    """``tilake dbt -- <args>``: run dbt with the user's arguments on the packaged project against ``lake``.
+
+    pip users have no source checkout: the project inside the package, its profile and the lake
+    (``TILAKE_LAKE``, through :func:`dbt_lake_root`) and the user rules (:mod:`tilake.lake.rules`) are filled in, with ``--target-path``/``--log-path``
+    under ``<lake>/.dbt/`` (so ``docs generate`` then ``docs serve`` find each other; the package is
+    never written to) unless ``args`` give their own. Runs under the lake's writer lock
+    (:meth:`Lake.writing`); ``build``/``run`` here write the warehouse in place (``tilake build``
+    is the copy-and-swap door readers never notice). dbt prints its own output.
+
+    Returns:
+        0 when dbt succeeded, 1 when it ran and failed, 2 when it could not run.
+    Raises:
+        TilakeError: no lake at ``lake.root``; LakeBusyError.
+    """
+    from dbt.cli.main import dbtRunner
+
+    if not lake.raw.is_dir():
+        raise TilakeError("no lake here: ingest a run first (tilake run / example)", path=lake.root)
+    args = list(args)
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    dbt_dir = lake.root / ".dbt"
+    with lake.writing(), _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
+                              DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
+        project, _rules = _project(lake)
+        for flag, value in (("--project-dir", project), ("--profiles-dir", PROJECT_DIR),
+                            ("--target-path", dbt_dir / "target"), ("--log-path", dbt_dir / "logs")):
+            if flag not in given and args and not args[0].startswith("-"):
+                args += [flag, str(value)]
+        res = dbtRunner().invoke(args)
+    if res.exception is not None:
+        sys.stderr.write(f"dbt could not run: {res.exception} (dbt log: {dbt_dir / 'logs' / 'dbt.log'})\n")
+        return 2
+    return 0 if res.success else 1
 
 
 # ---------------------------------------------------------------------------------- the build door
@@ -330,7 +441,7 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
     Args:
         lake: the lake; ``<lake>/.build/`` is the scratch folder (removed afterwards).
         select: dbt ``--select`` arguments. full_refresh: rebuild incremental marts from scratch.
-        extra: more dbt arguments. progress: a spinner on a terminal's stderr.
+        extra: more dbt arguments. progress: "N of M nodes" on stderr (see :func:`dbt_build`).
     Returns:
         :class:`BuildResult`. The warehouse is replaced unless a model or seed errored (then it is
         left exactly as it was; failing *tests* still swap, as plain ``dbt build`` would have

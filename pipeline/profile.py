@@ -62,8 +62,9 @@ def warning_text(node: tuple) -> str:
     name, _kind, _status, message = node
     if name.startswith(UNCATEGORIZED_TEST):
         n = "".join(ch for ch in message.split("results")[0] if ch.isdigit()) or "some"
-        return (f"{n} kernel name(s) in the lake match no op_catalog entry (fct_uncategorized_kernels; "
-                "extend dbt_project/seeds/op_catalog.csv)")
+        return (f"{n} kernel name(s) in the lake match no op_catalog entry (listed under 'uncategorized' in the report; "
+                "add them to an op_catalog.csv with the shipped header in a rules folder: --rules DIR, "
+                "$TILAKE_RULES or <lake>/rules/)")
     return f"dbt test {name}: {message}"
 
 

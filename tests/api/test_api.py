@@ -61,6 +61,25 @@ def test_read_only(lake_dir):
     assert (lake / "warehouse.duckdb").stat().st_mtime_ns == before
 
 
+def test_open_lake_and_tilake_sql_in_one_process_do_not_share_settings(lake_dir):
+    """Known bug: DuckDB shared one instance per file, so `tilake sql`'s lock_configuration reached the
+    notebook's connection and the next query failed ("the configuration has been locked")."""
+    lake, res = lake_dir
+    with tilake.open_lake(lake) as con:
+        for _ in range(2):   # the second query() used to fail
+            assert query(Lake(lake), "SELECT count(*) FROM raw_kernels")[1] == [(res.ingest.kernels,)]
+        # the notebook connection kept its own, unlocked configuration and its external file access
+        con.execute("SET enable_progress_bar = false")
+        assert con.execute("SELECT current_setting('enable_external_access')").fetchone()[0] is True
+        assert con.execute("SELECT count(*) FROM raw_kernels").fetchone()[0] == res.ingest.kernels
+    con2 = tilake.open_lake(lake)
+    try:
+        con2.execute("SET threads = 1")
+        assert query(Lake(lake), "SELECT count(*) FROM dim_runs")[1] == [(1,)]
+    finally:
+        con2.close()
+
+
 def test_default_lake_from_environment(lake_dir, monkeypatch, tmp_path):
     lake, _ = lake_dir
     monkeypatch.setenv("TILAKE_LAKE", str(lake))

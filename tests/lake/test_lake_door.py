@@ -66,7 +66,7 @@ def test_failed_first_command_leaves_no_lake(tmp_path):
     lake = Lake(tmp_path / "lake")
     with pytest.raises(RuntimeError):
         with lake.writing():
-            assert (lake.raw / "runs" / "_empty.parquet").is_file()
+            assert lake.schema_file("runs").is_file()
             raise RuntimeError("boom")
     assert not lake.root.exists()
 
@@ -132,7 +132,7 @@ def test_no_tmp_file_is_left_by_ensure(tmp_path):
     with lake.writing():
         pass
     left = [p for p in lake.root.rglob("*") if p.name.startswith(".tmp-")]
-    assert left == [] and os.path.exists(lake.raw / "stub_rounds" / "_empty.parquet")
+    assert left == [] and lake.schema_file("stub_rounds").is_file()
 
 
 def test_a_file_or_unwritable_place_as_lake_is_one_line(tmp_path):

@@ -113,8 +113,36 @@ def test_export_refuses_the_lake_folder_and_missing_output(lake):
                                   "--lake", str(lake.root)])
     assert r.exit_code == 2 and "inside the lake folder" in r.output
     assert not (lake.raw / "x.csv").exists()
-    r = CliRunner().invoke(main, ["sql", "select 1", "--format", "json", "--lake", str(lake.root)])
-    assert r.exit_code == 2 and "--format json needs --output FILE" in r.output
+    r = CliRunner().invoke(main, ["sql", "select 1", "--format", "parquet", "--lake", str(lake.root)])
+    assert r.exit_code == 2 and "--format parquet is binary: give --output FILE" in r.output
+
+
+@pytest.mark.parametrize("dash", [[], ["-o", "-"], ["--output", "-"]])
+def test_csv_and_json_go_to_stdout_without_output_and_never_to_a_file_named_dash(lake, tmp_path, monkeypatch, dash):
+    monkeypatch.chdir(tmp_path)
+    q = "select * from fct_run_registry order by n"
+    r = CliRunner().invoke(main, ["sql", q, "--format", "csv", *dash, "--lake", str(lake.root)])
+    assert r.exit_code == 0, r.output
+    # exactly the bytes -o FILE writes (no "wrote …" line mixed into the data)
+    assert r.output == "run_id,model_family,n\nr1,qwen3,3\nr2,llama,4\n"
+    r = CliRunner().invoke(main, ["sql", q, "--format", "json", *dash, "--lake", str(lake.root)])
+    assert r.exit_code == 0 and json.loads(r.output) == [{"run_id": "r1", "model_family": "qwen3", "n": 3},
+                                                         {"run_id": "r2", "model_family": "llama", "n": 4}]
+    assert not (tmp_path / "-").exists() and [p.name for p in tmp_path.iterdir()] == ["lake"]
+    with pytest.raises(TilakeError, match="named '-'"):
+        runs_sql.export(lake, q, "csv", tmp_path / "-")
+
+
+def test_line_mode_prints_one_column_per_line(lake):
+    r = CliRunner().invoke(main, ["sql", "select run_id, model_id, tags from raw_runs", "--format", "line",
+                                  "--lake", str(lake.root)], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines() == ["-- row 1 --", "  run_id = r1", "model_id = Qwen/Qwen3-0.6B",
+                                     '    tags = {"team": "rl", "tool.cann": "8.1.RC1"}', "1 row(s)"]
+    r = CliRunner().invoke(main, ["sql", "select * from fct_run_registry order by n", "--format", "line",
+                                  "--max-rows", "1", "--lake", str(lake.root)])
+    assert r.output.splitlines()[-1] == "2 row(s) — 1 not shown (use --max-rows or --format csv)"
+    assert "r2" not in r.output and "model_family = qwen3" in r.output
 
 
 def test_table_output_and_missing_warehouse(lake, tmp_path):

@@ -28,7 +28,7 @@ def _ingest(tmp_path: Path, caps, allow_missing=False):
 def _dicts(lake: Lake, table: str, where: str = "true"):
     con = duckdb.connect()
     rows = con.execute(f"SELECT * FROM read_parquet('{lake.raw}/{table}/run_id=t1/**/*.parquet', "
-                       f"hive_partitioning=false, union_by_name=true) WHERE {where}").fetchall()
+                       f"hive_partitioning=true, union_by_name=true) WHERE {where}").fetchall()
     cols = [d[0] for d in con.description]
     return [dict(zip(cols, r)) for r in rows]
 

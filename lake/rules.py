@@ -1,0 +1,130 @@
+"""User rules without editing site-packages: seed CSVs in a rules folder extend or override the shipped ones.
+
+The folder is ``--rules DIR`` (``tilake build``/``run``/``example``), else ``$TILAKE_RULES``, else
+``<lake>/rules/`` when it exists (:func:`rules_dir`). Each ``<seed>.csv`` in it must be one of the
+shipped seeds of :data:`SEED_KEYS` (``op_catalog``, ``op_catalog_torch``, ``grading_rules``,
+``recommendations``, ``modules``, ``grades``) with the shipped header (same column names, any order).
+A row whose key (:data:`SEED_KEYS`) matches a shipped row replaces it; other rows are added. The
+merged project is written to ``<lake>/.dbt/project/`` (a copy of the packaged dbt project with the
+merged seeds; the package is never written to) and dbt runs there: its fingerprint
+(:func:`tilake.lake.warehouse.project_fingerprint`) differs from the shipped project's, so the first
+build with new or changed rules, and the first without them again, is a full refresh (no mart keeps
+rows graded by other rules). The rules in force are recorded with the build
+(``tilake_project_state.rules`` in the warehouse: folder, sha256 and per-file counts).
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from tilake import settings
+from tilake.errors import TilakeError
+
+SEED_KEYS: Dict[str, Tuple[str, ...]] = {
+    "op_catalog": ("pattern_kind", "pattern"),
+    "op_catalog_torch": ("pattern_kind", "pattern"),
+    "grading_rules": ("rule_id",),
+    "recommendations": ("module", "grade"),
+    "modules": ("module",),
+    "grades": ("grade",),
+}
+"""The seeds a rules folder may hold, each with the columns that identify a row (override key)."""
+
+
+def rules_dir(lake_root: Path, explicit: Optional[Path] = None) -> Optional[Path]:
+    """The rules folder in force: ``explicit``, else ``$TILAKE_RULES``, else ``<lake>/rules/`` if it exists.
+
+    Raises:
+        TilakeError: an explicit or ``$TILAKE_RULES`` folder that does not exist.
+    """
+    given = explicit or settings.rules_path()
+    if given:
+        p = Path(given).expanduser().resolve()
+        if not p.is_dir():
+            raise TilakeError("rules folder not found (--rules / $TILAKE_RULES)", path=p)
+        return p
+    p = Path(lake_root) / "rules"
+    return p if p.is_dir() else None
+
+
+def _read(path: Path) -> Tuple[List[str], List[Dict[str, str]]]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            r = csv.DictReader(f)
+            return list(r.fieldnames or []), list(r)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise TilakeError(f"cannot read the rules file: {exc}", path=path) from exc
+
+
+def merge_seed(shipped: Path, user: Path) -> Tuple[str, Dict[str, int]]:
+    """CSV text of ``shipped`` with the rows of ``user`` merged in (same key → replaced, else added).
+
+    Returns:
+        ``(csv text in the shipped column order, {"rows", "replaced", "added"})``.
+    Raises:
+        TilakeError: ``user``'s header is not the shipped one (missing or unknown columns named).
+    """
+    cols, rows = _read(shipped)
+    ucols, urows = _read(user)
+    if set(ucols) != set(cols):
+        missing, extra = [c for c in cols if c not in ucols], [c for c in ucols if c not in cols]
+        raise TilakeError(f"rules file header differs from the shipped {shipped.name} (missing: "
+                          f"{', '.join(missing) or '-'}; unknown: {', '.join(extra) or '-'}); copy the header of "
+                          f"tilake/dbt_project/seeds/{shipped.name}", path=user)
+    key = SEED_KEYS[shipped.stem]
+    index = {tuple(r[k] for k in key): i for i, r in enumerate(rows)}
+    replaced = added = 0
+    for r in urows:
+        k = tuple(r[c] for c in key)
+        if k in index:
+            rows[index[k]] = r
+            replaced += 1
+        else:
+            index[k] = len(rows)
+            rows.append(r)
+            added += 1
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return out.getvalue(), {"rows": len(rows), "replaced": replaced, "added": added}
+
+
+def project_with_rules(project: Path, rules: Optional[Path], work: Path) -> Tuple[Path, Optional[dict]]:
+    """The dbt project to run: ``project`` itself without rules, else a copy in ``work`` with merged seeds.
+
+    Returns:
+        ``(project folder, record)``; the record is ``{"dir", "sha256", "files": {name: counts}}``
+        (None without rules), sha256 over the rules files' names and bytes.
+    Raises:
+        TilakeError: a CSV in the rules folder that is not a known seed, or has another header;
+            a rules folder without any CSV.
+    """
+    if rules is None:
+        return project, None
+    files = sorted(rules.glob("*.csv"))
+    if not files:
+        raise TilakeError(f"rules folder holds no seed CSV (one of {', '.join(s + '.csv' for s in SEED_KEYS)})",
+                          path=rules)
+    h, merged, counts = hashlib.sha256(), {}, {}
+    for f in files:
+        if f.stem not in SEED_KEYS:
+            raise TilakeError(f"not a tilake rules file: use one of {', '.join(s + '.csv' for s in SEED_KEYS)}", path=f)
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        merged[f.name], counts[f.name] = merge_seed(project / "seeds" / f.name, f)
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(project, work, ignore=shutil.ignore_patterns("target", "logs", "__pycache__", "dbt_packages"))
+    for name, text in merged.items():
+        (work / "seeds" / name).write_text(text, encoding="utf-8")
+    return work, {"dir": str(rules), "sha256": h.hexdigest(), "files": counts}
+
+
+def record_json(record: Optional[dict]) -> str:
+    """The rules record as compact JSON for dbt's ``--vars`` (``""`` without rules)."""
+    return json.dumps(record, ensure_ascii=False, sort_keys=True) if record else ""
