@@ -348,7 +348,7 @@ def _write_host_ops(con, writer, partition: Dict, capture_id: str) -> int:
     mine = f"capture_id = {sql_str(capture_id)}"
     if staged:
         files = "[" + ", ".join(sql_str(s) for s in staged) + "]"
-        counts = (f"SELECT host_op_id, count(*) AS n FROM read_parquet({files}) "
+        counts = (f"SELECT host_op_id, count(*) AS n FROM read_parquet({files}, hive_partitioning=false) "
                   f"WHERE {mine} AND host_op_id IS NOT NULL GROUP BY host_op_id")
     else:
         counts = "SELECT NULL::BIGINT AS host_op_id, 0 AS n WHERE false"

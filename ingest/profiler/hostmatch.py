@@ -40,7 +40,7 @@ def links_missing(con, task_file: Path) -> bool:
     """True when tasks and host ops exist but no task carries a usable connection id or ``conn_host``
     is empty."""
     tasks, linked = con.execute(f"SELECT count(*), count(*) FILTER (WHERE connectionId IS NOT NULL AND "
-                                f"connectionId <> 4294967295) FROM read_parquet({sql_str(task_file)})").fetchone()
+                                f"connectionId <> 4294967295) FROM read_parquet({sql_str(task_file)}, hive_partitioning=false)").fetchone()
     hosts = con.execute("SELECT count(*) FROM hops").fetchone()[0]
     mapped = con.execute("SELECT count(*) FROM conn_host").fetchone()[0]
     return tasks > 0 and hosts > 0 and (linked == 0 or mapped == 0)
@@ -98,8 +98,8 @@ def match_by_order(con, task_file: Path, cti_file: Path) -> int:
         ORDER BY start_ns, host_op_id""").fetchall()
     kernels = con.execute(f"""
         SELECT t.globalTaskId, t.streamId, t.startNs, j.value
-        FROM read_parquet({sql_str(task_file)}) t
-        JOIN read_parquet({sql_str(cti_file)}) c USING (globalTaskId)
+        FROM read_parquet({sql_str(task_file)}, hive_partitioning=false) t
+        JOIN read_parquet({sql_str(cti_file)}, hive_partitioning=false) c USING (globalTaskId)
         LEFT JOIN ksid j ON j.id = c.c_kernel_name
         WHERE t.startNs IS NOT NULL
         ORDER BY t.streamId, t.startNs, t.globalTaskId""").fetchall()

@@ -106,7 +106,7 @@ def _chunk_bounds(con, cti: Path, rows: int) -> List[tuple]:
         return [(None, None)]
     qs = ", ".join(str(i / k) for i in range(1, k))
     cuts = con.execute(f"SELECT list_sort(list_distinct(approx_quantile(globalTaskId, [{qs}]))) "
-                       f"FROM read_parquet({sql_str(cti)})").fetchone()[0] or []
+                       f"FROM read_parquet({sql_str(cti)}, hive_partitioning=false)").fetchone()[0] or []
     edges = [None, *cuts, None]
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
@@ -119,8 +119,8 @@ def _kernel_strings(con, files: Dict[str, Path], aliases: List[str]) -> None:
     memory under a few hundred MB (BR-22). The ids a kernel uses are a few thousand.
     """
     cti = sql_str(files["cti"])
-    ids = " UNION ".join([f"SELECT DISTINCT c_{a} AS id FROM read_parquet({cti})" for a in aliases]
-                         + [f"SELECT DISTINCT t_tt AS id FROM read_parquet({sql_str(files['task'])})"])
+    ids = " UNION ".join([f"SELECT DISTINCT c_{a} AS id FROM read_parquet({cti}, hive_partitioning=false)" for a in aliases]
+                         + [f"SELECT DISTINCT t_tt AS id FROM read_parquet({sql_str(files['task'])}, hive_partitioning=false)"])
     con.execute(f"CREATE OR REPLACE TEMP TABLE ksid AS SELECT * FROM sid WHERE id IN ({ids})")
 
 
@@ -196,20 +196,20 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                                     *([f"globalTaskId < {hi}"] if hi is not None else [])]) or "true"
                 # the connection ids of this range's tasks bound the CANN_API / host-op rows joined to it
                 cmin, cmax = con.execute(
-                    f"SELECT min(connectionId), max(connectionId) FROM read_parquet({sql_str(files['task'])}) "
+                    f"SELECT min(connectionId), max(connectionId) FROM read_parquet({sql_str(files['task'])}, hive_partitioning=false) "
                     f"WHERE {rng} AND connectionId <> CAST({INVALID} AS BIGINT)").fetchone()
                 conn_rng = (f"BETWEEN {int(cmin)} AND {int(cmax)}" if cmin is not None else "IS NULL")
                 host_link = host_join or (f"LEFT JOIN (SELECT * FROM conn_host WHERE task_conn {conn_rng}) h "
                                           "ON h.task_conn = b.connectionId")
-                cann_join = (f"LEFT JOIN (SELECT connectionId, name FROM read_parquet({sql_str(files['cann'])}) "
+                cann_join = (f"LEFT JOIN (SELECT connectionId, name FROM read_parquet({sql_str(files['cann'])}, hive_partitioning=false) "
                              f"WHERE connectionId {conn_rng}) ca "
                              "ON ca.connectionId = b.connectionId LEFT JOIN sid j_cann ON j_cann.id = ca.name"
                              if has_cann else "")
                 sql = f"""
                     WITH b AS (
                         SELECT t.*, c.* EXCLUDE (globalTaskId)
-                        FROM (SELECT * FROM read_parquet({sql_str(files['cti'])}) WHERE {rng}) c
-                        JOIN (SELECT * FROM read_parquet({sql_str(files['task'])}) WHERE {rng}) t
+                        FROM (SELECT * FROM read_parquet({sql_str(files['cti'])}, hive_partitioning=false) WHERE {rng}) c
+                        JOIN (SELECT * FROM read_parquet({sql_str(files['task'])}, hive_partitioning=false) WHERE {rng}) t
                           ON t.globalTaskId = c.globalTaskId
                     ), k AS (
                         SELECT b.*, {picks}, j_tt.value AS device_task_type, {cann_val} AS cann_api_name,

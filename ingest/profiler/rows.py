@@ -99,7 +99,7 @@ def dedupe_dump(con, file: Path, table: str, path: Path) -> int:
     Raises:
         TilakeError: one ``globalTaskId`` has two different rows (names the id).
     """
-    f = f"read_parquet({sql_str(file)})"
+    f = f"read_parquet({sql_str(file)}, hive_partitioning=false)"
     n, ids = con.execute(f"SELECT count(*), count(DISTINCT globalTaskId) FROM {f}").fetchone()
     if n == ids:
         return 0
@@ -117,11 +117,11 @@ def dedupe_dump(con, file: Path, table: str, path: Path) -> int:
 
 def timing_counts(con, task_file: Path, cti_file: Path) -> Dict[str, int]:
     """``{problem: kernels}`` for compute kernels (TASK ⋈ COMPUTE_TASK_INFO) whose time is invalid."""
-    t = f"read_parquet({sql_str(task_file)})"
+    t = f"read_parquet({sql_str(task_file)}, hive_partitioning=false)"
     prob = span_problem("startNs", "endNs", "TASK")
     rows = con.execute(f"SELECT p, count(*) FROM (SELECT globalTaskId, {prob} AS p FROM {t} "
                        f"WHERE NOT {span_ok('startNs', 'endNs')}) b "
-                       f"SEMI JOIN read_parquet({sql_str(cti_file)}) c USING (globalTaskId) "
+                       f"SEMI JOIN read_parquet({sql_str(cti_file)}, hive_partitioning=false) c USING (globalTaskId) "
                        "GROUP BY p ORDER BY p").fetchall()
     return {p: int(n) for p, n in rows}
 

@@ -140,7 +140,7 @@ def stage_launch_times(con, db: Path, kernel_files: Sequence[Path]) -> bool:
         con.execute(f"""CREATE TEMP TABLE _launch AS
             SELECT connectionId AS conn, min(TRY_CAST(startNs AS BIGINT)) AS t
             FROM sqlite_scan({sql_str(db)}, 'CANN_API')
-            WHERE connectionId IN (SELECT connection_id FROM read_parquet({files}) WHERE connection_id IS NOT NULL)
+            WHERE connectionId IN (SELECT connection_id FROM read_parquet({files}, hive_partitioning=false) WHERE connection_id IS NOT NULL)
             GROUP BY connectionId""")
     except Exception:  # no CANN_API table / unreadable: device start times stand in for launches
         con.execute("DROP TABLE IF EXISTS _launch")
@@ -179,17 +179,17 @@ def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
     tail = f"{launch} > {int(last_end)}" if last_end is not None else "false"
     for f in files:
         tmp = f.with_name(f.name + ".steps")
-        con.execute(f"COPY (SELECT k.* REPLACE ({step} AS step) FROM read_parquet({sql_str(f)}) k {join}) "
+        con.execute(f"COPY (SELECT k.* REPLACE ({step} AS step) FROM read_parquet({sql_str(f)}, hive_partitioning=false) k {join}) "
                     f"TO {sql_str(tmp)} (FORMAT parquet, COMPRESSION zstd)")
         os.replace(tmp, f)
-        for st, n in con.execute(f"SELECT step, sum(coalesce(call_count, 1)) FROM read_parquet({sql_str(f)}) "
+        for st, n in con.execute(f"SELECT step, sum(coalesce(call_count, 1)) FROM read_parquet({sql_str(f)}, hive_partitioning=false) "
                                  "GROUP BY step").fetchall():
             if st is None:
                 out.outside += int(n)
             else:
                 out.per_step[int(st)] = out.per_step.get(int(st), 0) + int(n)
         if out.outside and last_end is not None:
-            n = con.execute(f"SELECT sum(coalesce(k.call_count, 1)) FROM read_parquet({sql_str(f)}) k {join} "
+            n = con.execute(f"SELECT sum(coalesce(k.call_count, 1)) FROM read_parquet({sql_str(f)}, hive_partitioning=false) k {join} "
                             f"WHERE k.step IS NULL AND {tail}").fetchone()[0]
             out.tail += int(n or 0)
     return out
@@ -202,12 +202,12 @@ def restrict(con, files: Sequence[Path], keep: Set[int], drop_outside: bool = Fa
     cond = f"step IN ({', '.join(str(int(s)) for s in sorted(keep))})" if keep else "false"
     cond = cond if drop_outside else f"(step IS NULL OR {cond})"
     for f in [Path(x) for x in files]:
-        before = con.execute(f"SELECT count(*) FROM read_parquet({sql_str(f)})").fetchone()[0]
+        before = con.execute(f"SELECT count(*) FROM read_parquet({sql_str(f)}, hive_partitioning=false)").fetchone()[0]
         tmp = f.with_name(f.name + ".steps")
-        con.execute(f"COPY (SELECT * FROM read_parquet({sql_str(f)}) WHERE {cond}) TO {sql_str(tmp)} "
+        con.execute(f"COPY (SELECT * FROM read_parquet({sql_str(f)}, hive_partitioning=false) WHERE {cond}) TO {sql_str(tmp)} "
                     "(FORMAT parquet, COMPRESSION zstd)")
         os.replace(tmp, f)
-        after = con.execute(f"SELECT count(*) FROM read_parquet({sql_str(f)})").fetchone()[0]
+        after = con.execute(f"SELECT count(*) FROM read_parquet({sql_str(f)}, hive_partitioning=false)").fetchone()[0]
         kept, dropped = kept + after, dropped + before - after
     return kept, dropped
 

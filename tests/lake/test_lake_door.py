@@ -122,7 +122,7 @@ def test_one_schema_definition_renders_the_dbt_sources():
                                      "source_notes"]
     assert schema.DUMP_TABLES == ["dump_runs", "tensor_stats", "boundary_results", "stub_rounds"]
     assert schema.PARTITIONS["kernels"] == ["side", "rank"] and schema.PARTITIONS["boundary_results"] == []
-    assert len(schema.TABLES["kernels"]) == 31 and len(schema.TABLES["boundary_results"]) == 47
+    assert len(schema.TABLES["kernels"]) == 32 and len(schema.TABLES["boundary_results"]) == 47
     k = {c["name"]: c for c in tables["kernels"]["columns"]}
     assert k["call_count"]["description"].startswith("1 per device row") and "description" not in k["task_id"]
 
