@@ -23,6 +23,7 @@ from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
 from tilake.reports.escape import csv_cell, markdown_env
+from tilake.reports.tables import ONE_SIDE_LABEL, one_side, row_key
 
 HERE = Path(__file__).resolve().parent
 QUERIES = HERE / "queries"
@@ -68,10 +69,21 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
     return facts
 
 
-def grade_span(grade: str, lang: str = "zh") -> str:
-    """``<span style="color:red">🔴 高差异</span>`` (seed stage 5 markup) for a grade."""
+def grade_span(grade: str, lang: str = "zh", side: Optional[str] = None) -> str:
+    """``<span style="color:red">🔴 高差异</span>`` (the seed's grade markup) for a grade.
+
+    ``side`` (``train``/``infer``: a one-side-only row, :func:`tilake.reports.tables.one_side`):
+    ``🟢 训练独有`` / ``🟢 training only`` in the grade's colour, never 无差异 / none; a grade other
+    than green stays beside it (``🟡 低差异 · 推理独有``). ``grade`` may be a ``row_key`` (``green:train``).
+    """
+    if ":" in grade:
+        grade, side = grade.split(":", 1)
     color, emoji, zh, en = GRADE_SPAN.get(grade, GRADE_SPAN["evidence_missing"])
-    return Markup(f'<span style="color:{color}">{emoji} {zh if lang == "zh" else en}</span>')   # our own HTML: not escaped
+    word = zh if lang == "zh" else en
+    if side in ONE_SIDE_LABEL:
+        only = ONE_SIDE_LABEL[side][0 if lang == "zh" else 1]
+        word = only if grade == "green" else f"{word} · {only}"
+    return Markup(f'<span style="color:{color}">{emoji} {word}</span>')   # our own HTML: not escaped
 
 
 def ops_text(ops: Optional[List[str]], calls: Optional[List[int]], with_counts: bool) -> str:
@@ -212,15 +224,16 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
     """
     env = markdown_env(TEMPLATES, undefined=StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
                        lstrip_blocks=True)
-    env.globals.update(grade_span=lambda g: grade_span(g, lang), ops_text=ops_text, calls_text=calls_text,
+    env.globals.update(grade_span=lambda g, side=None: grade_span(g, lang, side), one_side=one_side,
+                       ops_text=ops_text, calls_text=calls_text,
                        code_path=lambda r, s: code_path(r, s, lang))
     env.filters["key_rows"] = key_rows
     by_side = {"train": [o for o in facts["side_ops"] if o["side"] == "train"],
                "infer": [o for o in facts["side_ops"] if o["side"] == "infer"]}
     stacks = {(s["side"], s["op_type"]): s for s in facts["call_stacks"]}
-    counts = {}
+    counts: Dict[str, int] = {}
     for r in facts["comparison"]:
-        counts[r["grade"]] = counts.get(r["grade"], 0) + 1
+        counts[row_key(r)] = counts.get(row_key(r), 0) + 1
     rl = facts["run"]
     cfg = {}
     try:
@@ -243,7 +256,8 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
 
     Returns:
         ``{"report": Path, "csv": Path, "runtime_ops": [Path, Path], "chart": Path|None,
-        "grade_counts": {grade: rows}, "evidence": {side: evidence}}``.
+        "grade_counts": {grade: rows}, "one_side": {"<grade>:train"|"<grade>:infer": rows},
+        "evidence": {side: evidence}}`` (one-side-only rows are also counted in ``grade_counts``).
     Raises:
         TilakeError: see :func:`load_facts`; ``lang`` not zh/en.
     """
@@ -276,6 +290,10 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     counts: Dict[str, int] = {}
     for r in facts["comparison"]:
         counts[r["grade"]] = counts.get(r["grade"], 0) + 1
+    sides: Dict[str, int] = {}
+    for r in facts["comparison"]:
+        if one_side(r):
+            sides[row_key(r)] = sides.get(row_key(r), 0) + 1
     return {"report": report, "csv": csv_path, "runtime_ops": jsons, "chart": chart,
-            "grade_counts": counts, "facts": facts, **extra,
+            "grade_counts": counts, "one_side": sides, "facts": facts, **extra,
             "evidence": {"train": facts["run"]["train_evidence"], "infer": facts["run"]["infer_evidence"]}}

@@ -88,6 +88,6 @@ def test_english_xlsx_headers(example_run, tmp_path):
     assert wb.sheetnames == ["comparison", "train ops", "infer ops", "captures"]
     assert [c.value for c in wb["comparison"][1]][:3] == ["module", "module_label", "train_ops"]
     kv = next(r for r in wb["comparison"].iter_rows(min_row=2, values_only=True) if r[0] == "kv_cache")
-    assert kv[11] == "inference only" and kv[12] == "🟢 none"
+    assert kv[11] == "inference only" and kv[12] == "🟢 inference only"   # never "🟢 none"
     # the numeric CSV header is English in both languages
     assert got["numeric_csv"].read_text(encoding="utf-8-sig").splitlines()[0].startswith("module,module_label,")
