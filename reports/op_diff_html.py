@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from tilake.reports.tables import atomic_write, grade_label, row_key, side_op_records
+from tilake.reports.tables import atomic_write, evidence_words, grade_label, row_key, side_op_records
 
 REPORT_NAME = "train_infer_op_diff_report.html"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -55,7 +55,8 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
     except ValueError:
         parallel = None
     return env.get_template("op_diff_report.html.j2").render(
-        lang=lang, f=facts, run=facts["run"], rec=records, counts=counts, key_counts=key_counts, grade_keys=list(grades), by_side=by_side, side_ops=side_ops,
+        lang=lang, f=facts, run=facts["run"], rec=records, counts=counts, key_counts=key_counts,
+        ev={side: evidence_words(facts, side, lang) for side in ("train", "infer")}, grade_keys=list(grades), by_side=by_side, side_ops=side_ops,
         stacks={(s["side"], s["op_type"]): s for s in facts["call_stacks"]},
         parallel=parallel if isinstance(parallel, dict) else None,
         chart_png=base64.b64encode(chart_png).decode("ascii") if chart_png else None,

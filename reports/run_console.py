@@ -44,6 +44,18 @@ def grade_rows(grade_counts: Dict[str, int], one_side: Dict[str, int]) -> List[t
     return out
 
 
+def evidence_note(res, side: str) -> str:
+    """`` (PyTorch profiler trace: …)`` when the side's captures are PyTorch-profiler traces (Capture
+    kind ``trace``, backend ``torch_trace``): CUDA kernels when its evidence is ``device``, CPU ops when
+    ``cpu_ops``; '' for Ascend captures (the evidence word says it all)."""
+    caps = [c.capture for c in getattr(getattr(res, "ingest", None), "captures", None) or []]
+    if not any(c.side == side and c.kind == "trace" for c in caps):
+        return ""
+    ev = res.evidence.get(side)
+    what = {"device": "CUDA kernels", "cpu_ops": "CPU ops (cpu_op), no device kernels"}.get(ev, "no usable events")
+    return f" (PyTorch profiler trace: {what})"
+
+
 def print_run_summary(res, console=None, lake: Optional[Path] = None) -> None:
     """One screen: rows per grade, evidence per side, the lake and where the outputs (chart included) are."""
     from rich.console import Console
@@ -58,7 +70,7 @@ def print_run_summary(res, console=None, lake: Optional[Path] = None) -> None:
         table.add_row(label, str(n))
     console.print(table)
     for side in ("train", "infer"):
-        console.print(f"{side}: evidence = {res.evidence.get(side)}", markup=False)
+        console.print(f"{side}: evidence = {res.evidence.get(side)}{evidence_note(res, side)}", markup=False)
     for w in res.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False)
     if lake is not None:

@@ -138,6 +138,38 @@ def grade_label(grades: Dict[str, Dict[str, Any]], grade: str, lang: str = "zh",
     return f"{g['emoji']} {word}"
 
 
+def evidence_words(facts: Dict[str, Any], side: str, lang: str = "zh") -> Dict[str, Any]:
+    """How the report names one side's evidence, from its captures' ``source_kind`` and the side's evidence.
+
+    Ascend captures (``db``/``text``): CANN op types from ``COMPUTE_TASK_INFO ⋈ TASK ⋈ STRING_IDS``, device
+    time, call stacks from ``PYTORCH_CALLCHAINS``. PyTorch-profiler captures (``source_kind='trace'``,
+    backend ``torch_trace``: Chrome-trace JSON of ``torch.profiler``): CUDA kernels (events ``cat: kernel``)
+    when the side's evidence is ``device``, else the innermost CPU ops (``cpu_op``, evidence ``cpu_ops``:
+    a CPU-only trace has no device events), their durations, and Python stacks (``with_stack``).
+
+    Returns:
+        ``{"trace": bool, "cpu": bool, "source": str, "op": str, "time": str, "stack": str, "file": str}``
+        (column headers and the data-source sentence, in ``lang``).
+    """
+    zh = lang == "zh"
+    trace = any(c.get("source_kind") == "trace" for c in facts.get("captures") or [] if c.get("side") == side)
+    cpu = facts["run"].get(f"{side}_evidence") == "cpu_ops"
+    if not trace:
+        return {"trace": False, "cpu": cpu, "source": "COMPUTE_TASK_INFO ⋈ TASK ⋈ STRING_IDS",
+                "op": "CANN 算子类型" if zh else "CANN op type", "time": "device 时间 (µs)" if zh else "Device time (µs)",
+                "stack": "PYTORCH_CALLCHAINS", "file": "DB 文件" if zh else "DB file"}
+    if cpu:
+        source = ("PyTorch profiler trace：CPU 算子（cpu_op，最内层 aten 算子；无 device 事件）" if zh else
+                  "PyTorch profiler trace: CPU ops (cpu_op, innermost aten ops; no device events)")
+    else:
+        source = ("PyTorch profiler trace：CUDA kernel（cat kernel，经 External id/correlation 关联 cpu_op）" if zh else
+                  "PyTorch profiler trace: CUDA kernels (cat kernel, linked to cpu_op by External id/correlation)")
+    return {"trace": True, "cpu": cpu, "source": source,
+            "op": ("算子 (aten CPU 算子)" if zh else "Op (aten CPU op)") if cpu else ("算子 (CUDA kernel)" if zh else "Op (CUDA kernel)"),
+            "time": ("CPU 时间 (µs)" if zh else "CPU time (µs)") if cpu else ("device 时间 (µs)" if zh else "Device time (µs)"),
+            "stack": "Python stack (with_stack)", "file": "trace 文件" if zh else "trace file"}
+
+
 def comparison_records(facts: Dict[str, Any], extras: Dict[str, Any], text_rows: Sequence[Sequence[str]],
                        lang: str = "zh") -> List[Dict[str, Any]]:
     """One dict per comparison row with counts and device time as numbers (µs, 3 decimals).
