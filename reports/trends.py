@@ -196,7 +196,7 @@ def print_trend(res: TrendResult, console=None) -> None:
                            + (f" [{res.trend.unit}]" if res.trend.unit else "")))
     for col, just in (("series", "left"), ("points", "right"), ("first", "right"), ("last", "right"),
                       ("min", "right"), ("max", "right"), ("trend", "left"), ("last run", "left")):
-        t.add_column(col, justify=just, overflow="fold")
+        t.add_column(col, justify=just, overflow="fold", no_wrap=col == "last run")   # a run id stays whole
     for s in res.series:
         v = s.values
         t.add_row(escape(s.label), str(len(v)), _fmt(v[0]), _fmt(v[-1]), _fmt(min(v)), _fmt(max(v)),
@@ -254,7 +254,14 @@ def plot_trend(res: TrendResult, output: Path) -> Path:
             label = s.label.replace("$", r"\$")
             ax.plot(xs, s.values, marker="o", markersize=3, linewidth=1.4,
                     label=" " + label if label.startswith("_") else label)
-        ax.set_title(trend_title(res), fontsize=11)
+        # emoji (🔴 in a trend title) are not in matplotlib's default font: drawn as boxes, so left out
+        import textwrap
+
+        title = re.sub(r"\s+", " ", re.sub("[\U00010000-\U0010FFFF]", "", trend_title(res))).strip()
+        ax.set_title(textwrap.fill(title, 90), fontsize=11)   # wrapped: a long title never runs off the figure
+        if all(v >= 0 for se in res.series for v in se.values):
+            top = max(v for se in res.series for v in se.values)
+            ax.set_ylim(0, top * 1.1 if top > 0 else 1)   # counts and times start at 0; the top point clears the frame
         ax.set_xlabel({"run": "run id (registration order)", "step": "training step",
                        "created_at": "registered at (UTC)"}[res.x])
         ax.set_ylabel(res.trend.unit or "value")
