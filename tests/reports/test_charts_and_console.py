@@ -128,7 +128,7 @@ def test_reports_cite_no_spec_section_numbers(example_run):
         assert "§" not in p.read_text(encoding="utf-8-sig"), p.name
 
 
-def test_torch_trace_evidence_is_named_as_such(facts):
+def test_torch_trace_evidence_is_named_as_such(facts, example_run):
     f = copy.deepcopy(facts)
     for c in f["captures"]:
         c["source_kind"] = "trace"
@@ -143,6 +143,14 @@ def test_torch_trace_evidence_is_named_as_such(facts):
     assert "| # | 算子 (aten CPU 算子) |" in md and "| # | 算子 (CUDA kernel) |" in md
     assert "COMPUTE_TASK_INFO ⋈" not in md and "CANN 算子类型" not in md
     assert op_diff.runtime_ops(f, "train")["source"] == cpu["source"]
+    from tilake.reports import op_diff_html, tables
+
+    out, res = example_run
+    ex = tables.mart_extras(out / "lake" / "warehouse.duckdb", res.run_id)
+    html = op_diff_html.render_html(f, tables.comparison_records(f, ex, op_diff.csv_rows(f, "en"), "en"), ex["grades"], "en")
+    assert html.count("<div class=\"rule\">PyTorch profiler trace: ") == len(f["captures"]) == 2
+    assert "the time is the innermost CPU ops’ (cpu_op) duration, not device time" in html
+    assert 'title="CPU time (µs): total / mean per call"' in html and "CANN op type" not in html
     # the console says where the evidence came from
     res = SimpleNamespace(evidence={"train": "cpu_ops", "infer": "device"}, ingest=SimpleNamespace(captures=[
         SimpleNamespace(capture=SimpleNamespace(side=s, kind="trace")) for s in ("train", "infer")]))
