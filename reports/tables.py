@@ -52,6 +52,8 @@ COMPARISON_COLUMNS: Sequence[Tuple[str, str, str]] = (
     ("rule_id", "rule_id", "判定规则"),
     ("train_code_path", "train_code_path", "训练代码路径"),
     ("infer_code_path", "infer_code_path", "推理代码路径"),
+    # train / infer for a row with ops on that side only ("training only"), empty otherwise
+    ("one_side", "one_side_only", "单侧独有"),
 )
 SIDE_OP_COLUMNS = (("rank_in_side", "rank", "排名"), ("op_type", "op_type", "CANN 算子类型"),
                    ("calls", "calls", "调用次数"), ("call_share", "call_share", "占比"),

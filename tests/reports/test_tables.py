@@ -45,7 +45,8 @@ def test_numeric_csv_english_header_and_numbers(example_run, numeric):
     kv = rows["kv_cache"]
     assert kv["train_ops"] == "" and kv["train_calls"] == "0" and kv["train_device_us"] == ""
     assert kv["device_ratio_infer_over_train"] == "" and float(kv["infer_device_us"]) > 0
-    assert kv["diff_type"] == "推理独有" and kv["grade"] == "green"
+    assert kv["diff_type"] == "推理独有" and kv["grade"] == "green" and kv["one_side_only"] == "infer"
+    assert rows["backward"]["one_side_only"] == "train" and norm["one_side_only"] == ""
     # the column sums a spreadsheet would compute equal the kernel totals of the run
     for side, backend in (("train", "megatron"), ("infer", "vllm")):
         ops = json.loads((out / f"{backend}_runtime_ops.json").read_text(encoding="utf-8"))
