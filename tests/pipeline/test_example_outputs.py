@@ -82,3 +82,14 @@ def test_dump_commands_without_torch_say_what_to_install(no_torch_example):
         r = _tilake(args, env, tmp)
         assert r.returncode == 2, (args, r.stderr[-2000:])
         assert r.stderr.strip().splitlines() == [f"error: this command needs PyTorch: pip install 'tilake[{extra}]'"]
+
+
+def test_torch_is_an_extra_not_a_dependency():
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.lower().startswith("torch")]
+    extras = project["optional-dependencies"]
+    for extra in ("dumps", "torch", "test"):   # .[test] pulls everything the tests import, torch included
+        assert any(d.startswith("torch>=") for d in extras[extra]), extra
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+    assert ci.index("pip install -q torch==2.13.0") < ci.index('pip install -q ".[test]"')   # the CPU wheel first
