@@ -117,9 +117,8 @@ class _Group(click.Group):
             sys.exit(2)
 
 
-@click.group(cls=_Group, epilog="Exit status (every command): 0 done; 1 scan skipped the comparison; 2 bad input "
-             "or a stopped step (one 'error:' line); 3 outputs written but nothing comparable (a side is "
-             "evidence_missing: run, example, dumps analyze).")
+@click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison; 2 bad input or a stopped step "
+             "(one 'error:' line); 3 outputs written, nothing comparable (evidence_missing).")
 @click.version_option(package_name="tilake")
 def main() -> None:
     """tilake — the train–infer consistency lake (Ascend NPU, verl: Megatron + vLLM)."""
@@ -233,14 +232,13 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
             out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
-    from tilake.reports.run_console import exit_status, print_run_summary, run_summary_json
+    from tilake.reports.run_console import finish
 
     lake = _lake(lake_path)
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
                       progress=not as_json, model_id=model_id, model_family=model_family,
                       model_path=model_path, step=step, tags=tags)
-    _echo_json(run_summary_json(res, lake.root)) if as_json else print_run_summary(res, lake=lake.root)
-    sys.exit(exit_status(res))
+    sys.exit(finish(res, lake.root, as_json))
 
 
 @main.command()
@@ -257,12 +255,10 @@ def example(out_dir, lang, lake_path, backend, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
     with --backend torch, make real traces of a tiny model on this machine instead."""
     from tilake.pipeline.example import example_lake, run_example
-    from tilake.reports.run_console import exit_status, print_example_next, print_run_summary, run_summary_json
+    from tilake.reports.run_console import finish
 
     res = run_example(out_dir, lake_path, lang, backend=backend)
-    lake = example_lake(out_dir, lake_path)
-    _echo_json(run_summary_json(res, lake)) if as_json else (print_run_summary(res), print_example_next(res, lake))
-    sys.exit(exit_status(res))
+    sys.exit(finish(res, example_lake(out_dir, lake_path), as_json, example=True))
 
 
 # --- dumps (dump analysis) -------------------------------------------------------------------

@@ -106,6 +106,21 @@ def print_example_next(res, lake: Path, console=None) -> None:
         console.print(f"  {line}", markup=False, soft_wrap=True, highlight=False)
 
 
+def finish(res, lake: Path, as_json: bool = False, example: bool = False) -> int:
+    """The end of ``tilake run``/``example``: the JSON summary on stdout (``as_json``: nothing else
+    there) or :func:`print_run_summary` (plus :func:`print_example_next` for the example); returns
+    the exit status (:func:`exit_status`)."""
+    if as_json:
+        import json
+
+        print(json.dumps(run_summary_json(res, lake), ensure_ascii=False, indent=2, default=str))
+    else:
+        print_run_summary(res, lake=None if example else lake)
+        if example:
+            print_example_next(res, lake)
+    return exit_status(res)
+
+
 def run_summary_json(res, lake_root) -> dict:
     """The summary of ``tilake run``/``example`` as a dict (what :func:`print_run_summary` shows, and every output)."""
     outputs = {"report": res.report_path, "csv": res.csv_path, "chart": res.chart_path,

@@ -64,5 +64,5 @@ def test_help_documents_the_exit_statuses():
     r = CliRunner().invoke(main, ["--help"], terminal_width=100)
     assert r.exit_code == 0
     text = " ".join(r.output.split())
-    for part in ("0 done", "1 scan skipped the comparison", "2 bad input", "3 outputs written but nothing comparable"):
+    for part in ("0 done", "1 scan skipped the comparison", "2 bad input", "3 outputs written, nothing comparable (evidence_missing)"):
         assert part in text, part
