@@ -165,7 +165,8 @@ def run_fields(r: Dict[str, Any]) -> Dict[str, str]:
 
 def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Path] = None) -> None:
     """``tilake runs``: a table (one row per run) from :data:`WIDE` columns, else one block per run
-    (the run id alone on its line, never wrapped; the fields indented under it, wrapped at spaces).
+    (the run id alone on its line, never wrapped; under it model · step · host · created, then kernels ·
+    captures · dumps, tools and tags, indented and wrapped at spaces).
     An empty lake names its folder."""
     import textwrap
 
@@ -195,8 +196,14 @@ def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Pat
     width = max(40, console.width)
     for row in rows:
         console.print(Text(row["run"], style="bold"), soft_wrap=True)
-        for c in cols[1:]:
-            if row[c]:
-                console.print(textwrap.fill(f"{c}: {row[c]}", width, initial_indent="  ", subsequent_indent="    ",
-                                            break_long_words=False, break_on_hyphens=False),
-                              markup=False, soft_wrap=True, highlight=False)
+        model = row["model"] + (f" ({row['family']})" if row["family"] and row["family"] != row["model"] else "")
+        lines = [" · ".join(v for v in (model or row["family"], row["step"] and f"step {row['step']}", row["host"],
+                                        row["created (UTC)"] and f"{row['created (UTC)']} UTC") if v),
+                 " · ".join(v for v in (row["kernels train/infer"] and f"kernels train/infer {row['kernels train/infer']}",
+                                        row["captures"] and f"captures {row['captures']}",
+                                        row["dumps"] and f"dumps {row['dumps']}") if v),
+                 row["tools"] and f"tools: {row['tools']}", row["tags"] and f"tags: {row['tags']}"]
+        for line in filter(None, lines):
+            console.print(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ",
+                                        break_long_words=False, break_on_hyphens=False),
+                          markup=False, soft_wrap=True, highlight=False)

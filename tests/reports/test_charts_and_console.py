@@ -100,6 +100,8 @@ def test_runs_at_80_columns_never_wrap_run_ids_or_print_dicts(example_run):
     assert all(len(ln) <= 80 for ln in lines), max(lines, key=len)
     assert "{" not in text and "}" not in text and "'" not in text     # no raw Python dicts
     assert "  tags: team=rl, ticket=RL-12" in lines
+    assert any(ln.startswith("  Qwen/Qwen3-0.6B (qwen3) · step 1 · ") for ln in lines)
+    assert "  kernels train/infer 14823/2776 · captures 2" in lines
     assert "  tools: cann 8.1.RC1, vllm-ascend 0.9.1" in lines          # 'unknown' versions left out
     wide = io.StringIO()
     run_console.print_runs(runs, Console(file=wide, width=200, force_terminal=False))
