@@ -109,9 +109,16 @@ class _Group(click.Group):
         except (TilakeError, DoorError) as exc:
             click.echo(f"error: {exc.message if isinstance(exc, DoorError) else exc}", err=True)
             sys.exit(2)
+        except ModuleNotFoundError as exc:  # torch is an extra: dump analysis and the torch example need it
+            if exc.name != "torch":
+                raise
+            extra = "torch" if ctx.invoked_subcommand == "example" else "dumps"
+            click.echo(f"error: this command needs PyTorch: pip install 'tilake[{extra}]'", err=True)
+            sys.exit(2)
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison; 2 bad input or a stopped step "
+             "(one 'error:' line); 3 outputs written, nothing comparable (evidence_missing).")
 @click.version_option(package_name="tilake")
 def main() -> None:
     """tilake — the train–infer consistency lake (Ascend NPU, verl: Megatron + vLLM)."""
@@ -251,13 +258,13 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
             allow_missing, out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
-    from tilake.reports.run_console import print_run_summary, run_summary_json
+    from tilake.reports.run_console import finish
 
     lake = _lake(lake_path)
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
                       progress=not as_json, profiler_step=profiler_step, model_id=model_id, model_family=model_family,
                       model_path=model_path, step=step, tags=tags)
-    _echo_json(run_summary_json(res, lake.root)) if as_json else print_run_summary(res)
+    sys.exit(finish(res, lake.root, as_json))
 
 
 @main.command()
@@ -274,11 +281,11 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
 def example(out_dir, lang, lake_path, backend, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
     with --backend torch, make real traces of a tiny model on this machine instead."""
-    from tilake.pipeline.example import run_example
-    from tilake.reports.run_console import print_run_summary, run_summary_json
+    from tilake.pipeline.example import example_lake, run_example
+    from tilake.reports.run_console import finish
 
     res = run_example(out_dir, lake_path, lang, backend=backend)
-    _echo_json(run_summary_json(res, (lake_path or Path(out_dir) / "lake").resolve())) if as_json else print_run_summary(res)
+    sys.exit(finish(res, example_lake(out_dir, lake_path), as_json, example=True))
 
 
 # --- dumps (dump analysis) -------------------------------------------------------------------
@@ -396,7 +403,8 @@ def runs_group(ctx, lake_path, as_json) -> None:
     """List the runs of the lake (rich table); `runs rm RUN` removes one, `runs diff A B` compares two."""
     ctx.obj = {"lake_path": lake_path}
     if ctx.invoked_subcommand is None:
-        from tilake.lake.registry import list_runs, print_runs
+        from tilake.lake.registry import list_runs
+        from tilake.reports.run_console import print_runs
 
         lake = _lake(lake_path)
         runs = list_runs(lake)

@@ -41,6 +41,16 @@ EXAMPLE_META = {
 }
 
 
+def example_lake(out_dir: Path, lake_path: Optional[Path] = None) -> Path:
+    """The lake ``tilake example`` writes: ``--lake`` when given, else ``<out_dir>/lake`` (absolute).
+
+    The example never writes into the default lake (``$TILAKE_LAKE`` or ``./tilake-lake``): a
+    synthetic run must not sit among recorded runs in trends. The summary prints the
+    ``export TILAKE_LAKE=…`` line that makes this lake the default of the next commands.
+    """
+    return Path(lake_path or Path(out_dir) / "lake").resolve()
+
+
 def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh",
                 backend: str = "ascend", device: Optional[str] = None) -> ProfileResult:
     """Write ``<out_dir>/profiler_output`` (replacing an earlier example there), then run the pipeline.
@@ -48,7 +58,7 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh
     Args:
         backend: ``ascend`` (synthetic torch_npu DBs) or ``torch`` (real torch.profiler traces made
             here). device: for ``torch``: ``cpu``/``cuda`` (default: cuda when present).
-    The lake defaults to ``<out_dir>/lake`` unless ``--lake``/``TILAKE_LAKE`` is given.
+    The lake is :func:`example_lake` (``<out_dir>/lake`` unless ``lake_path`` is given).
     Raises:
         TilakeError: ``out_dir`` exists and is not a folder; unknown backend; pipeline errors.
     """
@@ -62,7 +72,7 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh
     if capture.exists():
         shutil.rmtree(capture)
     out_dir.mkdir(parents=True, exist_ok=True)
-    lake = Lake(lake_path or out_dir / "lake")
+    lake = Lake(example_lake(out_dir, lake_path))
     if backend == "torch":
         from tilake.workloads.rl_step import run_meta, run_rl_step
 

@@ -52,6 +52,8 @@ class ProfileResult:
     warnings: List[str] = field(default_factory=list)
     # html / numeric_csv / xlsx written beside the report
     outputs: Dict[str, Path] = field(default_factory=dict)
+    # one-side-only rows per "<grade>:train" / "<grade>:infer" (also in grade_counts): said "training only"
+    one_side: Dict[str, int] = field(default_factory=dict)
 
 
 UNCATEGORIZED_TEST = "tilake_is_empty_fct_uncategorized_kernels"
@@ -162,7 +164,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     warnings += ing.notes
     return ProfileResult(run_id, out["report"], out["csv"], out["runtime_ops"], out["chart"],
                          out["grade_counts"], ev, status, ing, warnings,
-                         {k: out[k] for k in ("html", "numeric_csv", "xlsx") if k in out})
+                         {k: out[k] for k in ("html", "numeric_csv", "xlsx") if k in out}, out.get("one_side", {}))
 
 
 # ---------------------------------------------------------------------------------- CLI commands

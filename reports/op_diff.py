@@ -23,6 +23,7 @@ from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
 from tilake.reports.escape import csv_cell, markdown_env
+from tilake.reports.tables import ONE_SIDE_LABEL, evidence_words, one_side, row_key
 
 HERE = Path(__file__).resolve().parent
 QUERIES = HERE / "queries"
@@ -68,10 +69,21 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
     return facts
 
 
-def grade_span(grade: str, lang: str = "zh") -> str:
-    """``<span style="color:red">🔴 高差异</span>`` (seed stage 5 markup) for a grade."""
+def grade_span(grade: str, lang: str = "zh", side: Optional[str] = None) -> str:
+    """``<span style="color:red">🔴 高差异</span>`` (the seed's grade markup) for a grade.
+
+    ``side`` (``train``/``infer``: a one-side-only row, :func:`tilake.reports.tables.one_side`):
+    ``🟢 训练独有`` / ``🟢 training only`` in the grade's colour, never 无差异 / none; a grade other
+    than green stays beside it (``🟡 低差异 · 推理独有``). ``grade`` may be a ``row_key`` (``green:train``).
+    """
+    if ":" in grade:
+        grade, side = grade.split(":", 1)
     color, emoji, zh, en = GRADE_SPAN.get(grade, GRADE_SPAN["evidence_missing"])
-    return Markup(f'<span style="color:{color}">{emoji} {zh if lang == "zh" else en}</span>')   # our own HTML: not escaped
+    word = zh if lang == "zh" else en
+    if side in ONE_SIDE_LABEL:
+        only = ONE_SIDE_LABEL[side][0 if lang == "zh" else 1]
+        word = only if grade == "green" else f"{word} · {only}"
+    return Markup(f'<span style="color:{color}">{emoji} {word}</span>')   # our own HTML: not escaped
 
 
 def ops_text(ops: Optional[List[str]], calls: Optional[List[int]], with_counts: bool) -> str:
@@ -134,15 +146,18 @@ def write_csv(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Path:
 
 
 def runtime_ops(facts: Dict[str, Any], side: str) -> Dict[str, Any]:
-    """Every kernel name and op type of one side with its count (``COMPUTE_TASK_INFO ⋈ STRING_IDS``)."""
+    """Every kernel name and op type of one side with its count (``COMPUTE_TASK_INFO ⋈ STRING_IDS``, or
+    the trace events named by :func:`evidence_words` for a PyTorch-profiler capture)."""
     run = facts["run"]
     names = [k for k in facts["kernel_names"] if k["side"] == side]
     ops = [o for o in facts["side_ops"] if o["side"] == side]
+    ev = evidence_words(facts, side, "en")
     return {
         "run_id": run["run_id"], "side": side,
         "backend": run[f"{side}_backend_detected"],
         "evidence": run[f"{side}_evidence"],
-        "source": "COMPUTE_TASK_INFO ⋈ TASK ⋈ STRING_IDS (+ COMMUNICATION_OP); text rows where the capture had none",
+        "source": ev["source"] if ev["trace"] else
+        "COMPUTE_TASK_INFO ⋈ TASK ⋈ STRING_IDS (+ COMMUNICATION_OP); text rows where the capture had none",
         "total_kernel_calls": int(sum(k["calls"] for k in names)),
         "kernels": [{"kernel_name": k["kernel_name"], "op_type": k["op_type"], "count": int(k["calls"]),
                      "category": k["category"]} for k in names],
@@ -169,38 +184,95 @@ def key_rows(table_rows_json: Optional[str]) -> str:
 
 
 
+GRADE_COLOURS = {"red": "#d62728", "orange": "#ff7f0e", "yellow": "#d4b000", "green": "#2ca02c",
+                 "evidence_missing": "#999999"}
+
+
+def side_unit(run: Dict[str, Any], side: str) -> str:
+    """What one side's counts are: ``kernel calls`` (device evidence), ``CPU op calls`` (a CPU-only
+    PyTorch-profiler trace, evidence ``cpu_ops``)."""
+    return "CPU op calls" if run.get(f"{side}_evidence") == "cpu_ops" else "kernel calls"
+
+
 def overview_png(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Optional[Path]:
-    """Bar chart of kernel calls per comparison row, train vs infer, bars coloured by grade."""
+    """Write :func:`overview_figure` to ``path`` (PNG, 110 dpi); None (nothing written) without rows."""
+    fig = overview_figure(facts)
+    if fig is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def overview_figure(facts: Dict[str, Any]):
+    """Bar chart of calls per comparison row, train (solid) vs infer (hatched), bars coloured by grade.
+
+    The x axis (symlog) reaches past the longest bar with room for its count, so no bar touches the
+    frame; each bar carries its count, a side without ops in a row says ``none`` there, and a side
+    without evidence (``evidence_missing``/``host_fallback``) is named in a label over the bars. The
+    legend keys the grade colours present (one-side-only rows as "training/inference only") and the
+    solid/hatched sides. Labels are Latin (no CJK font needed).
+    Returns the matplotlib Figure (Agg), or None when the run has no comparison rows.
+    """
     rows = facts["comparison"]
     if not rows:
         return None
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
-    colors = {"red": "#d62728", "orange": "#ff7f0e", "yellow": "#d4b000", "green": "#2ca02c",
-              "evidence_missing": "#999999"}
-    labels = [r["module_label_en"] or r["module"] for r in rows]  # latin labels: no CJK font needed
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.5))
+    run = facts["run"]
+    labels = [r["module_label_en"] or r["module"] for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(rows) + 2.2))
     y = list(range(len(rows)))
-    t = [max(r["train_calls"], 0) for r in rows]
-    i = [max(r["infer_calls"], 0) for r in rows]
-    c = [colors.get(r["grade"], "#999999") for r in rows]
-    ax.barh([v - 0.2 for v in y], t, height=0.38, color=c, alpha=0.95, label="train")
-    ax.barh([v + 0.2 for v in y], i, height=0.38, color=c, alpha=0.45, hatch="//", label="infer")
+    vals = {"train": [max(r["train_calls"] or 0, 0) for r in rows], "infer": [max(r["infer_calls"] or 0, 0) for r in rows]}
+    c = [GRADE_COLOURS.get(r["grade"], "#999999") for r in rows]
+    ax.barh([v - 0.2 for v in y], vals["train"], height=0.38, color=c, alpha=0.95)
+    ax.barh([v + 0.2 for v in y], vals["infer"], height=0.38, color=c, alpha=0.45, hatch="//", edgecolor="#444444",
+            linewidth=0)
+    top = max(vals["train"] + vals["infer"] + [1])
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlim(0, top * 12)   # a decade of room past the longest bar: its count label stays inside the frame
+    missing = {s: run.get(f"{s}_evidence") in ("evidence_missing", "host_fallback") for s in ("train", "infer")}
+    for side, dy in (("train", -0.2), ("infer", 0.2)):
+        for yi, v in zip(y, vals[side]):
+            if missing[side] and not v:
+                text = "no evidence"
+            else:
+                text = f"{v:,}" if v else "none"
+            ax.text(max(v, 0) * 1.15 + (0.05 if not v else 0), yi + dy, text, va="center", fontsize=7,
+                    color="#555555" if not v else "#222222")
     ax.set_yticks(y)
     ax.set_yticklabels(labels)
     ax.invert_yaxis()
-    ax.set_xscale("symlog")
-    ax.set_xlabel("kernel calls (solid: train, hatched: infer; colour = grade)")
-    ax.set_title(f"Train vs infer kernels per module — run {facts['run']['run_id']}")
-    ax.legend(loc="lower right")
+    units = sorted({side_unit(run, s) for s in ("train", "infer")})
+    ax.set_xlabel(" / ".join(units) + " (symlog; solid: train, hatched: infer)")
+    gone = [f"{'training' if s == 'train' else 'inference'}: {run.get(s + '_evidence')} — no bars for this side"
+            for s in ("train", "infer") if missing[s]]
+    ax.set_title(f"Train vs infer {units[0] if len(units) == 1 else 'calls'} per module — run {run['run_id']}",
+                 fontsize=11, pad=26 if gone else 6)
+    if gone:   # under the title, over the bars
+        ax.text(0.5, 1.01, "; ".join(gone), transform=ax.transAxes, ha="center", va="bottom", fontsize=9,
+                color="#b00000", bbox={"facecolor": "#fff3f3", "edgecolor": "#b00000"})
+    names = {"red": "high", "orange": "medium", "yellow": "low", "green": "none",
+             "evidence_missing": "evidence missing"}
+    handles = []
+    for g in GRADE_COLOURS:   # severity order; one colour per grade, one-side-only rows named beside it
+        kinds = [one_side(r) for r in rows if r["grade"] == g]
+        if not kinds:
+            continue
+        words = ([names[g]] if None in kinds else []) + [ONE_SIDE_LABEL[k][1] for k in ("train", "infer") if k in kinds]
+        handles.append(Patch(color=GRADE_COLOURS[g], label="grade: " + " / ".join(words)))
+    handles += [Patch(facecolor="#777777", label="train (solid)"),
+                Patch(facecolor="#dddddd", hatch="//", edgecolor="#444444", label="infer (hatched)")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return fig
 
 
 def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str] = None,
@@ -212,15 +284,16 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
     """
     env = markdown_env(TEMPLATES, undefined=StrictUndefined, keep_trailing_newline=True, trim_blocks=True,
                        lstrip_blocks=True)
-    env.globals.update(grade_span=lambda g: grade_span(g, lang), ops_text=ops_text, calls_text=calls_text,
+    env.globals.update(grade_span=lambda g, side=None: grade_span(g, lang, side), one_side=one_side,
+                       ops_text=ops_text, calls_text=calls_text,
                        code_path=lambda r, s: code_path(r, s, lang))
     env.filters["key_rows"] = key_rows
     by_side = {"train": [o for o in facts["side_ops"] if o["side"] == "train"],
                "infer": [o for o in facts["side_ops"] if o["side"] == "infer"]}
     stacks = {(s["side"], s["op_type"]): s for s in facts["call_stacks"]}
-    counts = {}
+    counts: Dict[str, int] = {}
     for r in facts["comparison"]:
-        counts[r["grade"]] = counts.get(r["grade"], 0) + 1
+        counts[row_key(r)] = counts.get(row_key(r), 0) + 1
     rl = facts["run"]
     cfg = {}
     try:
@@ -233,6 +306,7 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
         parallel = None
     return env.get_template("op_diff_report.md.j2").render(
         lang=lang, f=facts, run=rl, by_side=by_side, stacks=stacks, counts=counts, chart=chart,
+        ev={side: evidence_words(facts, side, lang) for side in ("train", "infer")},
         parallel=parallel, cfg={k: v for k, v in cfg.items() if not k.startswith("_") and k != "stage3"},
         stage3=cfg.get("stage3"),
         generated_at=generated_at or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
@@ -243,7 +317,8 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
 
     Returns:
         ``{"report": Path, "csv": Path, "runtime_ops": [Path, Path], "chart": Path|None,
-        "grade_counts": {grade: rows}, "evidence": {side: evidence}}``.
+        "grade_counts": {grade: rows}, "one_side": {"<grade>:train"|"<grade>:infer": rows},
+        "evidence": {side: evidence}}`` (one-side-only rows are also counted in ``grade_counts``).
     Raises:
         TilakeError: see :func:`load_facts`; ``lang`` not zh/en.
     """
@@ -276,6 +351,10 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     counts: Dict[str, int] = {}
     for r in facts["comparison"]:
         counts[r["grade"]] = counts.get(r["grade"], 0) + 1
+    sides: Dict[str, int] = {}
+    for r in facts["comparison"]:
+        if one_side(r):
+            sides[row_key(r)] = sides.get(row_key(r), 0) + 1
     return {"report": report, "csv": csv_path, "runtime_ops": jsons, "chart": chart,
-            "grade_counts": counts, "facts": facts, **extra,
+            "grade_counts": counts, "one_side": sides, "facts": facts, **extra,
             "evidence": {"train": facts["run"]["train_evidence"], "infer": facts["run"]["infer_evidence"]}}

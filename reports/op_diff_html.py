@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from tilake.reports.tables import atomic_write, grade_label, side_op_records
+from tilake.reports.tables import atomic_write, evidence_words, grade_label, row_key, side_op_records
 
 REPORT_NAME = "train_infer_op_diff_report.html"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -39,21 +39,24 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
     """
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
-    env.globals["grade_text"] = lambda g: grade_label(grades, g, lang)
+    env.globals["grade_text"] = lambda g, side=None: grade_label(grades, g, lang, side)
     side_ops = {}
     by_side: Dict[str, List[Dict[str, Any]]] = {}
     for side in ("train", "infer"):
         by_side[side] = side_op_records(facts, side)
         side_ops.update({(side, o["op_type"]): o for o in by_side[side]})
     counts: Dict[str, int] = {}
+    key_counts: Dict[str, int] = {}   # one-side-only rows apart (``green:train``): the key never calls them "none"
     for r in facts["comparison"]:
         counts[r["grade"]] = counts.get(r["grade"], 0) + 1
+        key_counts[row_key(r)] = key_counts.get(row_key(r), 0) + 1
     try:
         parallel = json.loads(facts["run"].get("parallel_config") or "null")
     except ValueError:
         parallel = None
     return env.get_template("op_diff_report.html.j2").render(
-        lang=lang, f=facts, run=facts["run"], rec=records, counts=counts, grade_keys=list(grades), by_side=by_side, side_ops=side_ops,
+        lang=lang, f=facts, run=facts["run"], rec=records, counts=counts, key_counts=key_counts,
+        ev={side: evidence_words(facts, side, lang) for side in ("train", "infer")}, grade_keys=list(grades), by_side=by_side, side_ops=side_ops,
         stacks={(s["side"], s["op_type"]): s for s in facts["call_stacks"]},
         parallel=parallel if isinstance(parallel, dict) else None,
         chart_png=base64.b64encode(chart_png).decode("ascii") if chart_png else None,

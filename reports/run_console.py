@@ -1,43 +1,209 @@
 """The one-screen summary of ``tilake run`` / ``example`` (a ``tilake.pipeline.profile.ProfileResult``),
-as rich text for a person or as a dict for ``--json``. Field values are printed as plain text
-(no rich markup is read from run ids, paths or warnings)."""
+as rich text for a person or as a dict for ``--json``; the ``tilake runs`` listing; the exit status of
+``run``/``example``. Field values are printed as plain text (no rich markup is read from run ids, paths
+or warnings), and nothing a person reads is a raw Python ``repr``.
+"""
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
-def print_run_summary(res, console=None) -> None:
-    """One screen: rows per grade, evidence per side, where the outputs are."""
+from tilake.lake.registry import KNOWN_TOOLS
+from tilake.reports.tables import ONE_SIDE_LABEL
+
+GRADES = [("red", "🔴 高差异 / high"), ("orange", "🟠 中差异 / medium"), ("yellow", "🟡 低差异 / low"),
+          ("green", "🟢 无差异 / none"), ("evidence_missing", "⚪ evidence_missing")]
+EXIT_NOTHING_COMPARABLE = 3
+"""Exit status of ``run``/``example`` when a side is evidence_missing or host_fallback: the outputs are
+written but no comparison can be concluded (the same 3 as ``tilake dumps analyze``)."""
+WIDE = 120
+"""Terminal columns from which ``tilake runs`` prints one table row per run (below: one block per run)."""
+
+
+def exit_status(res) -> int:
+    """0 when both sides have evidence (findings are in the report, not the status), else
+    :data:`EXIT_NOTHING_COMPARABLE` (``res.status`` ``evidence_missing`` or ``host_fallback``)."""
+    return EXIT_NOTHING_COMPARABLE if res.status in ("evidence_missing", "host_fallback") else 0
+
+
+def grade_rows(grade_counts: Dict[str, int], one_side: Dict[str, int]) -> List[tuple]:
+    """``(label, rows)`` per grade for the summary table; one-side-only rows (``one_side`` keys
+    ``<grade>:train`` / ``<grade>:infer``) get their own line, "🟢 训练独有 / training only", and are
+    not counted under "无差异 / none"."""
+    out = []
+    for key, label in GRADES:
+        sides = {s: one_side.get(f"{key}:{s}", 0) for s in ("train", "infer")}
+        n = grade_counts.get(key, 0) - sum(sides.values())
+        if key != "evidence_missing" or n:
+            out.append((label, n))
+        for s, k in sides.items():
+            if k:
+                zh, en = ONE_SIDE_LABEL[s]
+                out.append((f"{label.split()[0]} {zh} / {en}", k))
+    return out
+
+
+def evidence_note(res, side: str) -> str:
+    """`` (PyTorch profiler trace: …)`` when the side's captures are PyTorch-profiler traces (Capture
+    kind ``trace``, backend ``torch_trace``): CUDA kernels when its evidence is ``device``, CPU ops when
+    ``cpu_ops``; '' for Ascend captures (the evidence word says it all)."""
+    caps = [c.capture for c in getattr(getattr(res, "ingest", None), "captures", None) or []]
+    if not any(c.side == side and c.kind == "trace" for c in caps):
+        return ""
+    ev = res.evidence.get(side)
+    what = {"device": "CUDA kernels", "cpu_ops": "CPU ops (cpu_op), no device kernels"}.get(ev, "no usable events")
+    return f" (PyTorch profiler trace: {what})"
+
+
+def print_run_summary(res, console=None, lake: Optional[Path] = None) -> None:
+    """One screen: rows per grade, evidence per side, the lake and where the outputs (chart included) are."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
-    grades = [("red", "🔴 高差异 / high"), ("orange", "🟠 中差异 / medium"), ("yellow", "🟡 低差异 / low"),
-              ("green", "🟢 无差异 / none"), ("evidence_missing", "⚪ evidence_missing")]
-    console.print(f"run {res.run_id}: comparison rows per grade", soft_wrap=True)
+    console.print(f"run {res.run_id}: comparison rows per grade", soft_wrap=True, markup=False)
     table = Table()
     table.add_column("grade")
     table.add_column("rows", justify="right")
-    for key, label in grades:
-        if key == "evidence_missing" and not res.grade_counts.get(key):
-            continue
-        table.add_row(label, str(res.grade_counts.get(key, 0)))
+    for label, n in grade_rows(res.grade_counts, getattr(res, "one_side", None) or {}):
+        table.add_row(label, str(n))
     console.print(table)
     for side in ("train", "infer"):
-        console.print(f"{side}: evidence = {res.evidence.get(side)}")
+        console.print(f"{side}: evidence = {res.evidence.get(side)}{evidence_note(res, side)}", markup=False)
     for w in res.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False)
-    console.print(f"report: {res.report_path}", markup=False)
-    console.print(f"csv:    {res.csv_path}")
+    if lake is not None:
+        console.print(f"lake:   {lake}", markup=False, soft_wrap=True)
+    console.print(f"report: {res.report_path}", markup=False, soft_wrap=True)
+    if res.chart_path:
+        console.print(f"chart:  {res.chart_path}", markup=False, soft_wrap=True)
+    console.print(f"csv:    {res.csv_path}", markup=False, soft_wrap=True)
     for p in res.runtime_ops:
-        console.print(f"ops:    {p}", markup=False)
+        console.print(f"ops:    {p}", markup=False, soft_wrap=True)
     for k, p in (getattr(res, "outputs", None) or {}).items():
-        console.print(f"{k}: {p}", markup=False)
+        console.print(f"{k}: {p}", markup=False, soft_wrap=True)
+
+
+def next_commands(run_id: str, lake: Path) -> List[str]:
+    """The ``export TILAKE_LAKE=…`` line for ``lake`` and three commands to run next (shell-quoted; a
+    run id is ``[A-Za-z0-9._-]+``, so it sits in a double-quoted query as is)."""
+    query = ("select module, train_calls, infer_calls, grade, rule_id from fct_op_comparison "
+             f"where run_id = '{run_id}' order by display_order")
+    return [f"export TILAKE_LAKE={shlex.quote(str(lake))}", "tilake runs",
+            f'tilake sql "{query}"', "tilake trend --metric red_rows --by none"]
+
+
+def print_example_next(res, lake: Path, console=None) -> None:
+    """After ``tilake example``: name the lake and print :func:`next_commands` (lines never wrapped,
+    so they can be pasted)."""
+    from rich.console import Console
+
+    console = console or Console()
+    console.print(f"lake:   {lake}  (the example's own lake; make it the default of the next commands:)",
+                  markup=False, soft_wrap=True)
+    for line in next_commands(res.run_id, lake):
+        console.print(f"  {line}", markup=False, soft_wrap=True, highlight=False)
+
+
+def finish(res, lake: Path, as_json: bool = False, example: bool = False) -> int:
+    """The end of ``tilake run``/``example``: the JSON summary on stdout (``as_json``: nothing else
+    there) or :func:`print_run_summary` (plus :func:`print_example_next` for the example); returns
+    the exit status (:func:`exit_status`)."""
+    if as_json:
+        import json
+
+        print(json.dumps(run_summary_json(res, lake), ensure_ascii=False, indent=2, default=str))
+    else:
+        print_run_summary(res, lake=None if example else lake)
+        if example:
+            print_example_next(res, lake)
+    return exit_status(res)
 
 
 def run_summary_json(res, lake_root) -> dict:
     """The summary of ``tilake run``/``example`` as a dict (what :func:`print_run_summary` shows, and every output)."""
     outputs = {"report": res.report_path, "csv": res.csv_path, "chart": res.chart_path,
                "runtime_ops": list(res.runtime_ops), **res.outputs}
-    return {"run_id": res.run_id, "lake": lake_root, "status": res.status,
+    return {"run_id": res.run_id, "lake": lake_root, "status": res.status, "exit_status": exit_status(res),
             "grade_counts": {g: res.grade_counts.get(g, 0) for g in ("red", "orange", "yellow", "green",
                                                                      "evidence_missing")},
+            "one_side_only": {s: sum(n for k, n in (getattr(res, "one_side", None) or {}).items()
+                                     if k.endswith(f":{s}")) for s in ("train", "infer")},
             "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs}
+
+
+# --- tilake runs ------------------------------------------------------------------------------
+
+def _text(v: Any) -> str:
+    """A value as a person reads it: dicts as ``k=v, …``, lists joined by ``, ``, None as ''."""
+    if v is None:
+        return ""
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_text(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_text(x) for x in v)
+    return str(v)
+
+
+def run_fields(r: Dict[str, Any]) -> Dict[str, str]:
+    """One :func:`tilake.lake.registry.list_runs` row as display strings; tools recorded as
+    ``unknown`` are left out (they say nothing)."""
+    tools = r.get("tool_versions") or {}
+    known = {k: v for k, v in tools.items() if v not in (None, "", "unknown")}
+    shown = [f"{k} {_text(known[k])}" for k in KNOWN_TOOLS if k in known]
+    shown += [f"{k} {_text(v)}" for k, v in sorted(known.items()) if k not in KNOWN_TOOLS]
+    caps = "" if not (r.get("has_profile") and r.get("captures")) else (
+        f"{r['captures']}" + (f" ({r['captures_not_usable']} not usable)" if r.get("captures_not_usable") else ""))
+    return {"run": str(r["run_id"]), "model": _text(r.get("model_id")), "family": _text(r.get("model_family")),
+            "step": _text(r.get("step")), "tools": ", ".join(shown), "host": _text(r.get("host")),
+            "created (UTC)": r["created_at"].strftime("%Y-%m-%d %H:%M:%S") if r.get("created_at") else "",
+            "tags": _text(r.get("tags") or {}),
+            "kernels train/infer": f"{r['train_kernels']}/{r['infer_kernels']}" if caps else "",
+            "captures": caps, "dumps": _text(r.get("dump_verdict")) if r.get("has_dumps") else ""}
+
+
+def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Path] = None) -> None:
+    """``tilake runs``: a table (one row per run) from :data:`WIDE` columns, else one block per run
+    (the run id alone on its line, never wrapped; under it model · step · host · created, then kernels ·
+    captures · dumps, tools and tags, indented and wrapped at spaces).
+    An empty lake names its folder."""
+    import textwrap
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    if not runs:
+        where = f" ({lake_root})" if lake_root else ""
+        console.print(f"no runs in this lake{where} yet (tilake ingest / tilake run / tilake dumps analyze --run-id "
+                      "add them; another lake: --lake DIR or TILAKE_LAKE)", soft_wrap=True, markup=False)
+        return
+    rows = [run_fields(r) for r in runs]
+    optional = {"step", "tools", "tags", "dumps", "model", "host"}
+    cols = [c for c in rows[0] if c not in optional or any(row[c] for row in rows)]
+    if console.width >= WIDE:
+        t = Table(title=f"{len(runs)} run(s)")
+        for c in cols:
+            t.add_column(c, justify="right" if c in ("step", "kernels train/infer", "captures") else "left",
+                         overflow="fold", no_wrap=c == "run")
+        for row in rows:   # run fields are the user's text: shown literally, never as rich markup
+            t.add_row(*[Text(row[c]) for c in cols])
+        console.print(t)
+        return
+    console.print(f"{len(runs)} run(s)" + (f" in {lake_root}" if lake_root else ""), markup=False, soft_wrap=True)
+    width = max(40, console.width)
+    for row in rows:
+        console.print(Text(row["run"], style="bold"), soft_wrap=True)
+        model = row["model"] + (f" ({row['family']})" if row["family"] and row["family"] != row["model"] else "")
+        lines = [" · ".join(v for v in (model or row["family"], row["step"] and f"step {row['step']}", row["host"],
+                                        row["created (UTC)"] and f"{row['created (UTC)']} UTC") if v),
+                 " · ".join(v for v in (row["kernels train/infer"] and f"kernels train/infer {row['kernels train/infer']}",
+                                        row["captures"] and f"captures {row['captures']}",
+                                        row["dumps"] and f"dumps {row['dumps']}") if v),
+                 row["tools"] and f"tools: {row['tools']}", row["tags"] and f"tags: {row['tags']}"]
+        for line in filter(None, lines):
+            console.print(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ",
+                                        break_long_words=False, break_on_hyphens=False),
+                          markup=False, soft_wrap=True, highlight=False)

@@ -52,6 +52,8 @@ COMPARISON_COLUMNS: Sequence[Tuple[str, str, str]] = (
     ("rule_id", "rule_id", "判定规则"),
     ("train_code_path", "train_code_path", "训练代码路径"),
     ("infer_code_path", "infer_code_path", "推理代码路径"),
+    # train / infer for a row with ops on that side only ("training only"), empty otherwise
+    ("one_side", "one_side_only", "单侧独有"),
 )
 SIDE_OP_COLUMNS = (("rank_in_side", "rank", "排名"), ("op_type", "op_type", "CANN 算子类型"),
                    ("calls", "calls", "调用次数"), ("call_share", "call_share", "占比"),
@@ -99,11 +101,75 @@ def _us(ns: Optional[float]) -> Optional[float]:
     return None if ns is None else round(ns / 1000.0, 3)
 
 
-def grade_label(grades: Dict[str, Dict[str, Any]], grade: str, lang: str = "zh") -> str:
-    """``🔴 高差异`` / ``🔴 high`` from the grade seed (an unknown grade reads as evidence missing)."""
+# what a one-side-only row says in place of the grade's own word ("无差异 / none" would claim a comparison)
+# ("either": a rule's line in the rule key, which covers rows of both kinds)
+ONE_SIDE_LABEL = {"train": ("训练独有", "training only"), "infer": ("推理独有", "inference only"),
+                  "either": ("单侧独有", "one side only")}
+
+
+def one_side(r: Dict[str, Any]) -> Optional[str]:
+    """``'train'``/``'infer'`` when a comparison row has ops on that side only, else None (both
+    sides, neither, or an evidence_missing row: a side without evidence is not "the other side has none")."""
+    if r.get("grade") == "evidence_missing":
+        return None
+    t, i = bool(r.get("train_ops")), bool(r.get("infer_ops"))
+    return "train" if t and not i else "infer" if i and not t else None
+
+
+def row_key(r: Dict[str, Any]) -> str:
+    """``<grade>`` or, for a one-side-only row, ``<grade>:train`` / ``<grade>:infer`` (summary counts)."""
+    side = one_side(r)
+    return f"{r['grade']}:{side}" if side else r["grade"]
+
+
+def grade_label(grades: Dict[str, Dict[str, Any]], grade: str, lang: str = "zh", side: Optional[str] = None) -> str:
+    """``🔴 高差异`` / ``🔴 high`` from the grade seed (an unknown grade reads as evidence missing).
+
+    ``side`` (``train``/``infer``, see :func:`one_side`): a one-side-only row keeps its grade's emoji and
+    says ``🟢 训练独有`` / ``🟢 training only`` (a green one never says 无差异 / none); another grade is
+    kept beside it: ``🟡 低差异 · 推理独有``. ``grade`` may also be a :func:`row_key`.
+    """
+    if ":" in grade:
+        grade, side = grade.split(":", 1)
     g = grades.get(grade) or grades.get("evidence_missing") or {"emoji": "⚪", "label_zh": "证据缺失",
                                                                   "label_en": "evidence missing"}
-    return f"{g['emoji']} {g['label_zh'] if lang == 'zh' else g['label_en']}"
+    word = g["label_zh"] if lang == "zh" else g["label_en"]
+    if side in ONE_SIDE_LABEL:
+        only = ONE_SIDE_LABEL[side][0 if lang == "zh" else 1]
+        return f"{g['emoji']} {only}" if grade == "green" else f"{g['emoji']} {word} · {only}"
+    return f"{g['emoji']} {word}"
+
+
+def evidence_words(facts: Dict[str, Any], side: str, lang: str = "zh") -> Dict[str, Any]:
+    """How the report names one side's evidence, from its captures' ``source_kind`` and the side's evidence.
+
+    Ascend captures (``db``/``text``): CANN op types from ``COMPUTE_TASK_INFO ⋈ TASK ⋈ STRING_IDS``, device
+    time, call stacks from ``PYTORCH_CALLCHAINS``. PyTorch-profiler captures (``source_kind='trace'``,
+    backend ``torch_trace``: Chrome-trace JSON of ``torch.profiler``): CUDA kernels (events ``cat: kernel``)
+    when the side's evidence is ``device``, else the innermost CPU ops (``cpu_op``, evidence ``cpu_ops``:
+    a CPU-only trace has no device events), their durations, and Python stacks (``with_stack``).
+
+    Returns:
+        ``{"trace": bool, "cpu": bool, "source": str, "op": str, "time": str, "stack": str, "file": str}``
+        (column headers and the data-source sentence, in ``lang``).
+    """
+    zh = lang == "zh"
+    trace = any(c.get("source_kind") == "trace" for c in facts.get("captures") or [] if c.get("side") == side)
+    cpu = facts["run"].get(f"{side}_evidence") == "cpu_ops"
+    if not trace:
+        return {"trace": False, "cpu": cpu, "source": "COMPUTE_TASK_INFO ⋈ TASK ⋈ STRING_IDS",
+                "op": "CANN 算子类型" if zh else "CANN op type", "time": "device 时间 (µs)" if zh else "Device time (µs)",
+                "stack": "PYTORCH_CALLCHAINS", "file": "DB 文件" if zh else "DB file"}
+    if cpu:
+        source = ("PyTorch profiler trace：CPU 算子（cpu_op，最内层 aten 算子；无 device 事件）" if zh else
+                  "PyTorch profiler trace: CPU ops (cpu_op, innermost aten ops; no device events)")
+    else:
+        source = ("PyTorch profiler trace：CUDA kernel（cat kernel，经 External id/correlation 关联 cpu_op）" if zh else
+                  "PyTorch profiler trace: CUDA kernels (cat kernel, linked to cpu_op by External id/correlation)")
+    return {"trace": True, "cpu": cpu, "source": source,
+            "op": ("算子 (aten CPU 算子)" if zh else "Op (aten CPU op)") if cpu else ("算子 (CUDA kernel)" if zh else "Op (CUDA kernel)"),
+            "time": ("CPU 时间 (µs)" if zh else "CPU time (µs)") if cpu else ("device 时间 (µs)" if zh else "Device time (µs)"),
+            "stack": "Python stack (with_stack)", "file": "trace 文件" if zh else "trace file"}
 
 
 def comparison_records(facts: Dict[str, Any], extras: Dict[str, Any], text_rows: Sequence[Sequence[str]],
@@ -125,7 +191,8 @@ def comparison_records(facts: Dict[str, Any], extras: Dict[str, Any], text_rows:
     for r, text in zip(facts["comparison"], text_rows):
         rec: Dict[str, Any] = {"module": r["module"], "module_label": text[0], "diff_type": text[5],
                                "grade": r["grade"], "rule_id": r["rule_id"],
-                               "grade_label": grade_label(extras["grades"], r["grade"], lang),
+                               "grade_label": grade_label(extras["grades"], r["grade"], lang, one_side(r)),
+                               "one_side": one_side(r),
                                "train_code_path": text[7], "infer_code_path": text[8]}
         for side, col in (("train", 1), ("infer", 2)):
             ops = r[f"{side}_ops"] or []

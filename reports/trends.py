@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
@@ -191,11 +191,12 @@ def print_trend(res: TrendResult, console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    t = Table(title=escape(f"{res.trend.name} by {res.by} (x = {res.x}) — {res.trend.title}"
+    by = trend_title(res)[len(res.trend.title or res.trend.name):]   # " by <series>", or '' for --by none
+    t = Table(title=escape(f"{res.trend.name}{by} (x = {res.x}) — {res.trend.title}"
                            + (f" [{res.trend.unit}]" if res.trend.unit else "")))
     for col, just in (("series", "left"), ("points", "right"), ("first", "right"), ("last", "right"),
                       ("min", "right"), ("max", "right"), ("trend", "left"), ("last run", "left")):
-        t.add_column(col, justify=just, overflow="fold")
+        t.add_column(col, justify=just, overflow="fold", no_wrap=col == "last run")   # a run id stays whole
     for s in res.series:
         v = s.values
         t.add_row(escape(s.label), str(len(v)), _fmt(v[0]), _fmt(v[-1]), _fmt(min(v)), _fmt(max(v)),
@@ -204,6 +205,28 @@ def print_trend(res: TrendResult, console=None) -> None:
         console.print(f"no values for trend {res.trend.name} ({res.trend.grain or 'see its SQL file'})", markup=False)
         return
     console.print(t)
+
+
+def trend_title(res: TrendResult) -> str:
+    """Chart title: the trend's title, ``by <series>`` only when runs are grouped (never "by none")."""
+    title = res.trend.title or res.trend.name
+    by = ",".join(p.strip() for p in res.by.split(",") if p.strip() and p.strip() != "none")
+    return f"{title} by {by}" if by else title
+
+
+def run_ticks(res: TrendResult, most: int = 16, width: int = 24) -> List[Tuple[Any, str]]:
+    """``(run_seq, run id)`` x ticks of an ``--x run`` chart: every run when at most ``most``, else
+    evenly spaced ones (first and last kept); ids over ``width`` characters keep their end (the
+    distinguishing part of ``<name>-<hash>`` ids) behind ``…``."""
+    seen: Dict[Any, str] = {}
+    for s in res.series:
+        for x, _v, _n, last in s.points:
+            seen.setdefault(x, str(last))
+    xs = sorted(seen)
+    if len(xs) > most:
+        step = (len(xs) - 1) / (most - 1)
+        xs = sorted({xs[round(i * step)] for i in range(most)})
+    return [(x, seen[x] if len(seen[x]) <= width else "…" + seen[x][-(width - 1):]) for x in xs]
 
 
 def plot_trend(res: TrendResult, output: Path) -> Path:
@@ -231,8 +254,15 @@ def plot_trend(res: TrendResult, output: Path) -> Path:
             label = s.label.replace("$", r"\$")
             ax.plot(xs, s.values, marker="o", markersize=3, linewidth=1.4,
                     label=" " + label if label.startswith("_") else label)
-        ax.set_title(f"{res.trend.name} by {res.by}", fontsize=11)
-        ax.set_xlabel({"run": "run (registration order)", "step": "training step",
+        # emoji (🔴 in a trend title) are not in matplotlib's default font: drawn as boxes, so left out
+        import textwrap
+
+        title = re.sub(r"\s+", " ", re.sub("[\U00010000-\U0010FFFF]", "", trend_title(res))).strip()
+        ax.set_title(textwrap.fill(title, 90), fontsize=11)   # wrapped: a long title never runs off the figure
+        if all(v >= 0 for se in res.series for v in se.values):
+            top = max(v for se in res.series for v in se.values)
+            ax.set_ylim(0, top * 1.1 if top > 0 else 1)   # counts and times start at 0; the top point clears the frame
+        ax.set_xlabel({"run": "run id (registration order)", "step": "training step",
                        "created_at": "registered at (UTC)"}[res.x])
         ax.set_ylabel(res.trend.unit or "value")
         ax.grid(True, alpha=0.3)
@@ -240,6 +270,10 @@ def plot_trend(res: TrendResult, output: Path) -> Path:
             ax.legend(fontsize=8, loc="best")
         if res.x == "created_at":
             fig.autofmt_xdate()
+        elif res.x == "run":
+            ticks = run_ticks(res)
+            ax.set_xticks([x for x, _ in ticks])
+            ax.set_xticklabels([label for _, label in ticks], rotation=30, ha="right", fontsize=8)
         else:
             from matplotlib.ticker import MaxNLocator
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -45,7 +45,8 @@ def test_numeric_csv_english_header_and_numbers(example_run, numeric):
     kv = rows["kv_cache"]
     assert kv["train_ops"] == "" and kv["train_calls"] == "0" and kv["train_device_us"] == ""
     assert kv["device_ratio_infer_over_train"] == "" and float(kv["infer_device_us"]) > 0
-    assert kv["diff_type"] == "推理独有" and kv["grade"] == "green"
+    assert kv["diff_type"] == "推理独有" and kv["grade"] == "green" and kv["one_side_only"] == "infer"
+    assert rows["backward"]["one_side_only"] == "train" and norm["one_side_only"] == ""
     # the column sums a spreadsheet would compute equal the kernel totals of the run
     for side, backend in (("train", "megatron"), ("infer", "vllm")):
         ops = json.loads((out / f"{backend}_runtime_ops.json").read_text(encoding="utf-8"))
@@ -88,6 +89,6 @@ def test_english_xlsx_headers(example_run, tmp_path):
     assert wb.sheetnames == ["comparison", "train ops", "infer ops", "captures"]
     assert [c.value for c in wb["comparison"][1]][:3] == ["module", "module_label", "train_ops"]
     kv = next(r for r in wb["comparison"].iter_rows(min_row=2, values_only=True) if r[0] == "kv_cache")
-    assert kv[11] == "inference only" and kv[12] == "🟢 none"
+    assert kv[11] == "inference only" and kv[12] == "🟢 inference only"   # never "🟢 none"
     # the numeric CSV header is English in both languages
     assert got["numeric_csv"].read_text(encoding="utf-8-sig").splitlines()[0].startswith("module,module_label,")
