@@ -189,16 +189,11 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_
            allow_missing, lake_path):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
     from tilake.pipeline.profile import ingest_command
+    from tilake.reports.run_console import print_ingest
 
     res = ingest_command(profiler_output, _lake(lake_path), run_id, train, infer, allow_missing,
                          profiler_step=profiler_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
-    for c in res.captures:
-        click.echo(f"{c.capture.side} rank {c.capture.rank}: {c.status} kernels={c.kernels} "
-                   f"host_ops={c.host_ops} {c.capture.path}" + (f" — {c.reason}" if c.reason else ""))
-    click.echo(f"run {res.run_id}: {res.kernels} kernels; evidence train={res.side_evidence.get('train')} "
-               f"infer={res.side_evidence.get('infer')}")
-    for line in res.notes:
-        click.echo(line)
+    print_ingest(res)
 
 
 @main.command("dbt", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -218,13 +213,10 @@ def build(select, full_refresh, lake_path):
     """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
     is swapped in atomically (readers with the warehouse open are never blocked)."""
     from tilake.pipeline.profile import build_command
+    from tilake.reports.run_console import print_build
 
     res, warnings = build_command(_lake(lake_path), select, full_refresh)
-    for w in warnings:
-        click.echo(f"warning: {w}")
-    for n in res.failures:
-        click.echo(f"FAIL: {n[0]}: {n[3]}", err=True)
-    click.echo(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
+    print_build(res, warnings)
     if not res.success:
         raise TilakeError(f"dbt build failed; dbt log: {res.log_path}")
 

@@ -207,3 +207,26 @@ def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Pat
             console.print(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ",
                                         break_long_words=False, break_on_hyphens=False),
                           markup=False, soft_wrap=True, highlight=False)
+
+
+def print_ingest(res) -> None:
+    """``tilake ingest``'s lines: one per capture (side, rank, status, kernel and host-op counts, path,
+    reason), the run's kernel total and evidence per side, then the ingest notes (steps, workers)."""
+    for c in res.captures:
+        print(f"{c.capture.side} rank {c.capture.rank}: {c.status} kernels={c.kernels} "
+                   f"host_ops={c.host_ops} {c.capture.path}" + (f" — {c.reason}" if c.reason else ""))
+    print(f"run {res.run_id}: {res.kernels} kernels; evidence train={res.side_evidence.get('train')} "
+               f"infer={res.side_evidence.get('infer')}")
+    for line in res.notes:
+        print(line)
+
+
+def print_build(res, warnings) -> None:
+    """``tilake build``'s lines: warnings, one ``FAIL:`` line per failed node on stderr, the node count."""
+    import sys
+
+    for w in warnings:
+        print(f"warning: {w}")
+    for n in res.failures:
+        print(f"FAIL: {n[0]}: {n[3]}", file=sys.stderr)
+    print(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
