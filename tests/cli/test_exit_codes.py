@@ -32,7 +32,8 @@ def _bad_inputs(tmp):
         (["runs", "--lake", str(afile)], "is a file"),
         (["runs", "rm", "bad!id", "--lake", str(lake)], "invalid run id"),
         (["runs", "diff", "a", "b", "--lake", str(nolake)], "no warehouse yet"),
-        (["sql", "select 1", "--format", "csv", "--lake", str(nolake)], "needs --output FILE"),
+        (["sql", "select 1", "--format", "csv", "--lake", str(nolake)], "no warehouse yet"),
+        (["dbt", "--lake", str(nolake), "--", "ls"], "no lake here"),
         (["trend", "--metric", "nosuch", "--lake", str(nolake)], "unknown trend 'nosuch'"),
     ]
 
