@@ -20,17 +20,23 @@ the caller gave none.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set
 
+from tilake import settings
 from tilake.lake import schema
+from tilake.lake.duck import connect
 from tilake.errors import TilakeError
-from tilake.lake.store import Lake
+from tilake.lake.store import Lake, RunWriter
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
                           readable_copy, session_fields, sha256_file, table_rows_json)
 from tilake.ingest.profiler.discover import Capture
@@ -247,9 +253,135 @@ def _step_row(r: CaptureResult) -> Dict:
             "steps_kept": json.dumps(r.steps_kept) if r.steps_kept is not None else None}
 
 
+def _run_one(cap: Capture, w, row: Dict, say) -> CaptureResult:
+    """Ingest one capture through writer ``w`` and assign its kernels to steps (on ``w.con``, where
+    :func:`stage_launch_times` left the ``_launch`` table)."""
+    part = {"side": cap.side, "rank": cap.rank}
+    say(cap.path.name)
+    before = _kernel_files(w, part)
+    w.con.execute("DROP TABLE IF EXISTS _launch")
+    res = _ingest_one(cap, w, part, row, say=say)
+    res.files = sorted(_kernel_files(w, part) - before)
+    if res.source_kind == "text" and not res.marks.ranges:
+        res.marks = text_step_marks(cap.text_dir or cap.path)
+    if res.status in USABLE and res.files and res.marks.ranges:
+        res.step_counts = assign_steps(w.con, res.files, res.marks)
+    res.notes = _identity_notes(cap)
+    if res.status not in USABLE and cap.pt_dir is not None and not res.marks.ranges:
+        res.marks = text_step_marks(cap.pt_dir / "ASCEND_PROFILER_OUTPUT")
+        if res.marks.ranges:
+            res.notes.append(f"{res.marks.source} lists step(s) {res.marks.steps}")
+    return res
+
+
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def _share_of(limit: str, n: int) -> str:
+    """``limit`` (a DuckDB size, validated by :func:`tilake.settings.check_memory_limit`) split in ``n``
+    equal parts, as ``'<m>MiB'`` (at least 64 MiB each); ``limit`` itself when its unit is not known."""
+    m = re.match(r"^\s*([0-9.]+)\s*([A-Za-z]*)\s*$", limit)
+    unit = _SIZE_UNITS.get((m.group(2) if m else "").lower() or "b") if m else None
+    if unit is None:
+        return limit
+    return f"{max(64, int(float(m.group(1)) * unit / n) >> 20)}MiB"
+
+
+class _WorkerWriter(RunWriter):
+    """The run's writer as one ingest worker sees it: same staging folder and tables, its own DuckDB
+    instance (``1/n`` of the memory limit, ``cores/n`` threads, its own spill folder) and its own
+    Parquet file numbers (``part-<index+1><6 digits>``), so workers never share a temp table, an
+    ATTACHed DB or a file name."""
+
+    def __init__(self, parent: RunWriter, index: int, memory: str, threads: int) -> None:
+        super().__init__(parent.lake, parent.run_id, parent.tables, parent.staging)
+        self._seq = (index + 1) * 1_000_000
+        self._memory, self._threads = memory, threads
+
+    @property
+    def con(self):
+        """The worker's private in-memory DuckDB connection (SQLite scanner loaded)."""
+        if self._con is None:
+            self._con = connect(sqlite=True)
+            self._con.execute(f"SET memory_limit = '{self._memory}'")
+            self._con.execute(f"SET threads = {self._threads}")
+        return self._con
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], bar, task,
+                  workers: Optional[int]) -> List[CaptureResult]:
+    """Ingest ``captures`` (``rows[i]`` is the captures row of ``captures[i]``); results in input order.
+
+    Captures of one (side, rank) run one after another in one worker (they stage into one partition
+    folder); different ranks run in parallel threads (torch traces: one at a time), each worker with its own DuckDB instance (DuckDB,
+    sqlite3 and hashlib release the GIL). The rows written are those of a one-by-one ingest; only the
+    Parquet file names differ. The first failing capture in input order raises (the others are cancelled
+    or interrupted), and the caller's :meth:`Lake.write_run` leaves the lake unchanged.
+    """
+    def say_for(cap):
+        return lambda text: bar.update(task, description=f"{cap.side} rank {cap.rank}: {text}")
+
+    groups: Dict[tuple, List[int]] = {}
+    for i, cap in enumerate(captures):
+        groups.setdefault((cap.side, cap.rank), []).append(i)
+    n = max(1, min(workers or _cores(), len(groups)))
+    if any(c.kind == "trace" for c in captures):  # torch-trace ingest sets the spill folder of its connection
+        n = 1                                       # to one shared staging/spill: one at a time
+    results: List[Optional[CaptureResult]] = [None] * len(captures)
+    if n == 1:
+        for i, cap in enumerate(captures):
+            results[i] = _run_one(cap, w, rows[i], say_for(cap))
+            bar.advance(task)
+        return results
+    memory, threads = _share_of(settings.memory_limit(), n), max(1, _cores() // n)
+    pool = [_WorkerWriter(w, k, memory, threads) for k in range(n)]
+    free = list(pool)
+    lock = threading.Lock()
+
+    def run_group(idx: List[int]) -> None:
+        with lock:
+            ww = free.pop()
+        try:
+            for i in idx:
+                results[i] = _run_one(captures[i], ww, rows[i], say_for(captures[i]))
+                bar.advance(task)
+        finally:
+            with lock:
+                free.append(ww)
+
+    ex = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tilake-ingest")
+    futures = {g[0]: ex.submit(run_group, g) for g in groups.values()}
+    try:
+        for first in sorted(futures):
+            futures[first].result()
+    except BaseException:
+        for f in futures.values():
+            f.cancel()
+        for ww in pool:
+            with contextlib.suppress(Exception):
+                if ww._con is not None:
+                    ww._con.interrupt()
+        raise
+    finally:
+        ex.shutdown(wait=True)
+        for ww in pool:
+            ww._close()
+            for t, k in ww.rows_written.items():
+                w.rows_written[t] = w.rows_written.get(t, 0) + k
+    return results
+
+
 def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[Dict] = None,
                    allow_missing: bool = False, progress: bool = True,
-                   profiler_step: Optional[int] = None) -> IngestResult:
+                   profiler_step: Optional[int] = None, workers: Optional[int] = None) -> IngestResult:
     """Ingest every capture of one run, replacing any earlier ingest of ``run_id``.
 
     Writes inside :meth:`Lake.writing` (the caller's door, or its own when called alone).
@@ -263,6 +395,8 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             ``profiler_metadata.json`` when not given).
         allow_missing: record sides without device evidence instead of failing.
         profiler_step: count only this profiler step (N of ``ProfilerStep#N``) on every rank with markers.
+        workers: captures ingested at once (each its own DuckDB instance; see :func:`_run_captures`);
+            None = one per CPU core, at most one per (side, rank).
     Returns:
         :class:`IngestResult`.
     Raises:
@@ -281,34 +415,16 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
         with Progress(*cols, disable=not progress, transient=True) as bar:
             task = bar.add_task(run_id, total=len(captures))
             for cap in captures:
-                bar.update(task, description=f"{cap.side} rank {cap.rank}: {cap.path.name}")
-                part = {"side": cap.side, "rank": cap.rank}
                 md = read_metadata(cap.pt_dir)
                 groups = parallel_groups(md)
-                row = {"capture_id": cap.capture_id, "path": str(cap.path), "source_kind": cap.kind,
-                       "profiler_level": cap.level, "rank_source": cap.rank_source, "worker": cap.worker,
-                       "pid": cap.pid, "device_id": cap.device_id,
-                       "duplicates_ignored": json.dumps([str(d.path) for d in cap.duplicates]) if cap.duplicates else None,
-                       "parallel_groups": json.dumps(groups) if groups else None}
+                rows.append({"capture_id": cap.capture_id, "path": str(cap.path), "source_kind": cap.kind,
+                             "profiler_level": cap.level, "rank_source": cap.rank_source, "worker": cap.worker,
+                             "pid": cap.pid, "device_id": cap.device_id,
+                             "duplicates_ignored": json.dumps([str(d.path) for d in cap.duplicates]) if cap.duplicates else None,
+                             "parallel_groups": json.dumps(groups) if groups else None})
                 if "parallel_config" not in meta and parallel_layout(md):
                     meta["parallel_config"] = parallel_layout(md)
-                before = _kernel_files(w, part)
-                w.con.execute("DROP TABLE IF EXISTS _launch")
-                res = _ingest_one(cap, w, part, row, say=lambda text, cap=cap: bar.update(
-                    task, description=f"{cap.side} rank {cap.rank}: {text}"))
-                res.files = sorted(_kernel_files(w, part) - before)
-                if res.source_kind == "text" and not res.marks.ranges:
-                    res.marks = text_step_marks(cap.text_dir or cap.path)
-                if res.status in USABLE and res.files and res.marks.ranges:
-                    res.step_counts = assign_steps(w.con, res.files, res.marks)
-                res.notes = _identity_notes(cap)
-                if res.status not in USABLE and cap.pt_dir is not None and not res.marks.ranges:
-                    res.marks = text_step_marks(cap.pt_dir / "ASCEND_PROFILER_OUTPUT")
-                    if res.marks.ranges:
-                        res.notes.append(f"{res.marks.source} lists step(s) {res.marks.steps}")
-                rows.append(row)
-                result.captures.append(res)
-                bar.advance(task)
+            result.captures = _run_captures(w, captures, rows, bar, task, workers)
         result.notes += _restrict_steps(w, result.captures, profiler_step)
         for side in ("train", "infer"):
             n = max((c.capture.workers for c in result.captures if c.capture.side == side), default=0)
