@@ -344,10 +344,10 @@ def _host_ops_table(con, pr: DbProbe) -> None:
 
 def _write_host_ops(con, writer, partition: Dict, capture_id: str) -> int:
     # kernels per host op, from the Parquet just staged in this capture's partition (cheap: one column;
-    # other ranks' folders are never read: they may be half-written by a parallel ingest worker)
+    # other folders and other parallel workers' files, maybe half-written, are never read)
     part_dir = (writer.staging / "kernels" / f"run_id={writer.run_id}" / f"side={partition['side']}"
                 / f"rank={partition['rank']}")
-    staged = [str(p) for p in part_dir.rglob("*.parquet")]
+    staged = [str(p) for p in part_dir.glob(f"{getattr(writer, 'file_prefix', 'part-')}*.parquet")]
     mine = f"capture_id = {sql_str(capture_id)}"
     if staged:
         files = "[" + ", ".join(sql_str(s) for s in staged) + "]"

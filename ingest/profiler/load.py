@@ -158,8 +158,9 @@ def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = ""
 
 
 def _kernel_files(w, part: Dict) -> Set[Path]:
+    """Staged kernel files of ``part`` written by ``w`` (a parallel worker sees only its own)."""
     d = w.staging / "kernels" / f"run_id={w.run_id}" / f"side={part['side']}" / f"rank={part['rank']}"
-    return set(d.glob("part-*.parquet")) if d.is_dir() else set()
+    return set(d.glob(f"{getattr(w, 'file_prefix', 'part-')}*.parquet")) if d.is_dir() else set()
 
 
 def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResult:
@@ -291,13 +292,18 @@ def _share_of(limit: str, n: int) -> str:
 class _WorkerWriter(RunWriter):
     """The run's writer as one ingest worker sees it: same staging folder and tables, its own DuckDB
     instance (``1/n`` of the memory limit, ``cores/n`` threads, its own spill folder) and its own
-    Parquet file numbers (``part-<index+1><6 digits>``), so workers never share a temp table, an
-    ATTACHed DB or a file name."""
+    Parquet file names (``part-w<index>-<seq>.parquet``, :attr:`file_prefix`), so workers never share a
+    temp table, an ATTACHed DB or a file, and two captures of one partition (rollout replicas that all
+    say rank 0) can run at once."""
 
     def __init__(self, parent: RunWriter, index: int, memory: str, threads: int) -> None:
         super().__init__(parent.lake, parent.run_id, parent.tables, parent.staging)
-        self._seq = (index + 1) * 1_000_000
+        self.file_prefix = f"part-w{index:02d}-"
         self._memory, self._threads = memory, threads
+
+    def _target(self, table: str, partition: Dict) -> Path:
+        path = super()._target(table, partition)
+        return path.with_name(self.file_prefix + path.name[len("part-"):])
 
     @property
     def con(self):
@@ -320,19 +326,15 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
                   workers: Optional[int]) -> List[CaptureResult]:
     """Ingest ``captures`` (``rows[i]`` is the captures row of ``captures[i]``); results in input order.
 
-    Captures of one (side, rank) run one after another in one worker (they stage into one partition
-    folder); different ranks run in parallel threads (torch traces: one at a time), each worker with its own DuckDB instance (DuckDB,
-    sqlite3 and hashlib release the GIL). The rows written are those of a one-by-one ingest; only the
+    Captures run in parallel threads (torch traces: one at a time), each worker with its own DuckDB
+    instance and file names (:class:`_WorkerWriter`; DuckDB, sqlite3 and hashlib release the GIL). The rows written are those of a one-by-one ingest; only the
     Parquet file names differ. The first failing capture in input order raises (the others are cancelled
     or interrupted), and the caller's :meth:`Lake.write_run` leaves the lake unchanged.
     """
     def say_for(cap):
         return lambda text: bar.update(task, description=f"{cap.side} rank {cap.rank}: {text}")
 
-    groups: Dict[tuple, List[int]] = {}
-    for i, cap in enumerate(captures):
-        groups.setdefault((cap.side, cap.rank), []).append(i)
-    n = max(1, min(workers or _cores(), len(groups)))
+    n = max(1, min(workers or _cores(), len(captures)))
     if any(c.kind == "trace" for c in captures):  # torch-trace ingest sets the spill folder of its connection
         n = 1                                       # to one shared staging/spill: one at a time
     results: List[Optional[CaptureResult]] = [None] * len(captures)
@@ -346,24 +348,23 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
     free = list(pool)
     lock = threading.Lock()
 
-    def run_group(idx: List[int]) -> None:
+    def run(i: int) -> None:
         with lock:
             ww = free.pop()
         try:
-            for i in idx:
-                results[i] = _run_one(captures[i], ww, rows[i], say_for(captures[i]))
-                bar.advance(task)
+            results[i] = _run_one(captures[i], ww, rows[i], say_for(captures[i]))
+            bar.advance(task)
         finally:
             with lock:
                 free.append(ww)
 
     ex = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tilake-ingest")
-    futures = {g[0]: ex.submit(run_group, g) for g in groups.values()}
+    futures = [ex.submit(run, i) for i in range(len(captures))]
     try:
-        for first in sorted(futures):
-            futures[first].result()
+        for f in futures:  # input order: the first failing capture is the one a sequential ingest names
+            f.result()
     except BaseException:
-        for f in futures.values():
+        for f in futures:
             f.cancel()
         for ww in pool:
             with contextlib.suppress(Exception):

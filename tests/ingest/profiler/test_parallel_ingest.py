@@ -44,7 +44,7 @@ def _rows(lake: Lake, table: str):
 
 def test_parallel_ingest_writes_the_rows_of_a_sequential_one(capture, tmp_path):
     caps = _caps(capture)
-    # two rollout replicas share infer rank 0 (one partition folder): they run one after another
+    # two rollout replicas share infer rank 0 (one partition folder) and are ingested at once
     assert len(caps) == 6 and len({(c.side, c.rank) for c in caps}) == 5
     seq, par = Lake(tmp_path / "seq"), Lake(tmp_path / "par")
     rs = ingest_profile(seq, "r", caps, progress=False, workers=1)
