@@ -12,7 +12,7 @@ import pytest
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.discover import assign_worker_ranks, dedupe, discover
-from tilake.ingest.profiler.load import _share_of, ingest_profile
+from tilake.ingest.profiler.load import _WorkerWriter, _share_of, ingest_profile
 from tilake.lake import schema
 from tilake.lake.store import Lake
 from tilake.synth import JobConfig, make_profiler_output
@@ -80,3 +80,17 @@ def test_memory_limit_is_split_between_workers():
     assert _share_of("2GiB", 4) == "512MiB"
     assert _share_of("2GB", 2) == "953MiB"
     assert _share_of("100MiB", 8) == "64MiB"  # floor
+
+
+def test_worker_writer_has_its_own_instance_share_and_file_names(tmp_path):
+    lake = Lake(tmp_path / "lake")
+    with lake.write_run("r", schema.PROFILE_TABLES) as w:
+        ww = _WorkerWriter(w, 3, "512MiB", 1)
+        mem, threads = ww.con.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchone()
+        assert mem.replace(" ", "") in ("512.0MiB", "512MiB") and int(threads) == 1
+        ww.con.execute("CREATE TEMP TABLE only_here AS SELECT 1")
+        assert w.con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'only_here'").fetchone()[0] == 0
+        target = ww._target("kernels", {"side": "train", "rank": 0})
+        assert target.name == "part-w03-00001.parquet"
+        assert target.parent == w.staging / "kernels" / "run_id=r" / "side=train" / "rank=0"
+        ww._close()
