@@ -133,7 +133,9 @@ def run_summary_json(res, lake_root) -> dict:
                                                                      "evidence_missing")},
             "one_side_only": {s: sum(n for k, n in (getattr(res, "one_side", None) or {}).items()
                                      if k.endswith(f":{s}")) for s in ("train", "infer")},
-            "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs}
+            "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs,
+            "profiler_steps": {s: steps_counted(ingest_capture_rows(res.ingest.captures), s, "en")
+                               for s in ("train", "infer")}}
 
 
 # --- tilake runs ------------------------------------------------------------------------------
