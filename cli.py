@@ -232,7 +232,7 @@ def report(run_id, out_dir, lang, lake_path):
     from tilake.pipeline.profile import report_command
 
     out = report_command(_lake(lake_path), run_id, out_dir, lang)
-    click.echo(f"report: {out['report']}\ncsv: {out['csv']}")
+    click.echo(f"report: {out['report']}\ncsv: {out['csv']}\n" + "\n".join(f"{s}: profiler steps counted: {t}" for s, t in out["steps"].items()))
     for p in out["runtime_ops"]:
         click.echo(f"ops: {p}")
 

@@ -10,7 +10,9 @@ merged seeds; the package is never written to) and dbt runs there: its fingerpri
 (:func:`tilake.lake.warehouse.project_fingerprint`) differs from the shipped project's, so the first
 build with new or changed rules, and the first without them again, is a full refresh (no mart keeps
 rows graded by other rules). The rules in force are recorded with the build
-(``tilake_project_state.rules`` in the warehouse: folder, sha256 and per-file counts).
+(``tilake_project_state.rules`` in the warehouse: folder, sha256 and per-file counts), and each ingest
+records the rules folder in force in its ``runs`` row (``runs.rules``: folder, sha256, files;
+:func:`run_record`).
 """
 from __future__ import annotations
 
@@ -111,18 +113,44 @@ def project_with_rules(project: Path, rules: Optional[Path], work: Path) -> Tupl
     if not files:
         raise TilakeError(f"rules folder holds no seed CSV (one of {', '.join(s + '.csv' for s in SEED_KEYS)})",
                           path=rules)
-    h, merged, counts = hashlib.sha256(), {}, {}
+    merged, counts = {}, {}
     for f in files:
         if f.stem not in SEED_KEYS:
             raise TilakeError(f"not a tilake rules file: use one of {', '.join(s + '.csv' for s in SEED_KEYS)}", path=f)
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
         merged[f.name], counts[f.name] = merge_seed(project / "seeds" / f.name, f)
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(project, work, ignore=shutil.ignore_patterns("target", "logs", "__pycache__", "dbt_packages"))
     for name, text in merged.items():
         (work / "seeds" / name).write_text(text, encoding="utf-8")
-    return work, {"dir": str(rules), "sha256": h.hexdigest(), "files": counts}
+    return work, {"dir": str(rules), "sha256": _sha256(files), "files": counts}
+
+
+def _sha256(files: List[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def run_record(lake_root: Path, explicit: Optional[Path] = None) -> Optional[str]:
+    """JSON ``{"dir", "sha256", "files": [names]}`` of the rules folder in force (:func:`rules_dir`) for a
+    run's ``runs.rules`` column, recorded at ingest (the same sha256 as the build's record in
+    ``tilake_project_state.rules``); None when only the shipped rules apply or the folder holds no CSV.
+
+    Raises:
+        TilakeError: an explicit or ``$TILAKE_RULES`` folder that does not exist.
+    """
+    d = rules_dir(lake_root, explicit)
+    files = sorted(d.glob("*.csv")) if d is not None else []
+    if not files:
+        return None
+    try:
+        sha = _sha256(files)
+    except OSError as exc:
+        raise TilakeError(f"cannot read the rules folder: {exc}", path=d) from exc
+    return json.dumps({"dir": str(d), "sha256": sha, "files": [f.name for f in files]}, ensure_ascii=False,
+                      sort_keys=True)
 
 
 def record_json(record: Optional[dict]) -> str:

@@ -69,6 +69,8 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("tags", "VARCHAR", 'JSON {"key":"value"}'),
         ("host", "VARCHAR"), ("source_path", "VARCHAR"), ("kind", "VARCHAR"),
         ("created_at", "TIMESTAMP", "UTC, naive"),
+        ("rules", "VARCHAR", 'JSON {"dir","sha256","files"} of the user rules folder in force at ingest '
+                             "(--rules / TILAKE_RULES / <lake>/rules); NULL: shipped rules only"),
     )),
     RawTable("captures", "lake",
              "One row per ingested profiler source (DB file, text export, unparsed raw folder or torch trace) per side and rank.",

@@ -22,6 +22,7 @@ from markupsafe import Markup
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
+from tilake.reports.captures import invalid_text, steps_counted, steps_note
 from tilake.reports.escape import csv_cell, markdown_env
 from tilake.reports.tables import ONE_SIDE_LABEL, evidence_words, one_side, row_key
 
@@ -286,7 +287,9 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
                        lstrip_blocks=True)
     env.globals.update(grade_span=lambda g, side=None: grade_span(g, lang, side), one_side=one_side,
                        ops_text=ops_text, calls_text=calls_text,
-                       code_path=lambda r, s: code_path(r, s, lang))
+                       code_path=lambda r, s: code_path(r, s, lang),
+                       steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
+                       steps_note=lambda: steps_note(lang))
     env.filters["key_rows"] = key_rows
     by_side = {"train": [o for o in facts["side_ops"] if o["side"] == "train"],
                "infer": [o for o in facts["side_ops"] if o["side"] == "infer"]}
@@ -317,6 +320,7 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
 
     Returns:
         ``{"report": Path, "csv": Path, "runtime_ops": [Path, Path], "chart": Path|None,
+        "steps": {side: "steps 50 (STEP_TIME; ranks 0, 1)"} (profiler steps counted, chosen at ingest),
         "grade_counts": {grade: rows}, "one_side": {"<grade>:train"|"<grade>:infer": rows},
         "evidence": {side: evidence}}`` (one-side-only rows are also counted in ``grade_counts``).
     Raises:
@@ -357,4 +361,5 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
             sides[row_key(r)] = sides.get(row_key(r), 0) + 1
     return {"report": report, "csv": csv_path, "runtime_ops": jsons, "chart": chart,
             "grade_counts": counts, "one_side": sides, "facts": facts, **extra,
+            "steps": {s: steps_counted(facts["captures"], s, "en") for s in ("train", "infer")},
             "evidence": {"train": facts["run"]["train_evidence"], "infer": facts["run"]["infer_evidence"]}}

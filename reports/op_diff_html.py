@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from tilake.reports.captures import invalid_text, steps_counted, steps_note
 from tilake.reports.tables import atomic_write, evidence_words, grade_label, row_key, side_op_records
 
 REPORT_NAME = "train_infer_op_diff_report.html"
@@ -40,6 +41,8 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
     env.globals["grade_text"] = lambda g, side=None: grade_label(grades, g, lang, side)
+    env.globals.update(steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
+                       steps_note=lambda: steps_note(lang))
     side_ops = {}
     by_side: Dict[str, List[Dict[str, Any]]] = {}
     for side in ("train", "infer"):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from tilake.lake.registry import KNOWN_TOOLS
+from tilake.reports.captures import ingest_capture_rows, steps_counted
 from tilake.reports.tables import ONE_SIDE_LABEL
 
 GRADES = [("red", "🔴 高差异 / high"), ("orange", "🟠 中差异 / medium"), ("yellow", "🟡 低差异 / low"),
@@ -69,8 +70,10 @@ def print_run_summary(res, console=None, lake: Optional[Path] = None) -> None:
     for label, n in grade_rows(res.grade_counts, getattr(res, "one_side", None) or {}):
         table.add_row(label, str(n))
     console.print(table)
+    caps = ingest_capture_rows(getattr(getattr(res, "ingest", None), "captures", None) or [])
     for side in ("train", "infer"):
-        console.print(f"{side}: evidence = {res.evidence.get(side)}{evidence_note(res, side)}", markup=False)
+        console.print(f"{side}: evidence = {res.evidence.get(side)}{evidence_note(res, side)}; profiler steps counted: "
+                      f"{steps_counted(caps, side, 'en')}", markup=False, soft_wrap=True)
     for w in res.warnings:
         console.print(f"warning: {w}", style="yellow", markup=False)
     if lake is not None:
@@ -130,7 +133,9 @@ def run_summary_json(res, lake_root) -> dict:
                                                                      "evidence_missing")},
             "one_side_only": {s: sum(n for k, n in (getattr(res, "one_side", None) or {}).items()
                                      if k.endswith(f":{s}")) for s in ("train", "infer")},
-            "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs}
+            "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs,
+            "profiler_steps": {s: steps_counted(ingest_capture_rows(res.ingest.captures), s, "en")
+                               for s in ("train", "infer")}}
 
 
 # --- tilake runs ------------------------------------------------------------------------------

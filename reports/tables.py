@@ -219,6 +219,8 @@ def side_op_records(facts: Dict[str, Any], side: str) -> List[Dict[str, Any]]:
         out.append({"rank_in_side": int(o["rank_in_side"]), "op_type": o["op_type"], "calls": calls,
                     "call_share": round(float(o["call_share"]), 6), "category": o["category"],
                     "module": o["module"], "fused": bool(o["fused"]),
+                    "op_type_derived": bool(o.get("op_type_derived")),
+                    "category_fallback": o.get("category_source") == "fallback",
                     "total_device_us": _us(int(ns)) if ns is not None else None,
                     "mean_device_us": _us(int(ns) / calls) if ns is not None and calls else None,
                     "example_kernel": o["example_kernel"]})

@@ -36,6 +36,7 @@ from tilake import settings
 from tilake.lake import schema
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
+from tilake.lake.rules import run_record as rules_run_record
 from tilake.lake.store import Lake, RunWriter
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
                           readable_copy, session_fields, sha256_file, table_rows_json)
@@ -460,6 +461,7 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             if not allow_missing:
                 raise TilakeError(f"{side} side has no device evidence — {why}")
         meta.setdefault("host", socket.gethostname())
+        meta.setdefault("rules", rules_run_record(lake.root))  # user rules in force (tilake.lake.rules)
         meta["created_at"] = datetime.now(timezone.utc).replace(tzinfo=None)
         meta["kind"] = meta.get("kind") or "profile"
         for k in ("model_id", "model_family", "train_backend", "infer_backend"):

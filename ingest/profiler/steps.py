@@ -209,7 +209,52 @@ def restrict(con, files: Sequence[Path], keep: Set[int], drop_outside: bool = Fa
         os.replace(tmp, f)
         after = con.execute(f"SELECT count(*) FROM read_parquet({sql_str(f)}, hive_partitioning=false)").fetchone()[0]
         kept, dropped = kept + after, dropped + before - after
+    if dropped:
+        recount_host_ops(con, files)
     return kept, dropped
+
+
+def _host_ops_files(kernel_file: Path) -> List[Path]:
+    """Staged ``host_ops`` Parquet files of the partition holding a staged ``kernels`` file
+    (``<staging>/kernels/run_id=…/side=…/rank=…/x.parquet`` → ``<staging>/host_ops/run_id=…/…/*.parquet``)."""
+    parts = list(kernel_file.parent.parts)
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "kernels" and i + 1 < len(parts) and parts[i + 1].startswith("run_id="):
+            d = Path(*parts[:i], "host_ops", *parts[i + 1:])
+            return sorted(d.glob("*.parquet")) if d.is_dir() else []
+    return []
+
+
+def recount_host_ops(con, kernel_files: Sequence[Path]) -> int:
+    """Recompute ``host_ops.kernel_count`` of the captures in staged ``kernel_files`` after a step filter
+    dropped kernels, so a host op no longer counts kernels that are not in the lake (issue 12 item 3).
+
+    Only rows of those captures with a non-NULL ``kernel_count`` change (text exports leave it NULL: no
+    host link). Returns the number of host-op rows whose count changed."""
+    kernel_files = [Path(f) for f in kernel_files]
+    host = sorted({h for f in kernel_files for h in _host_ops_files(f)})
+    if not kernel_files or not host:
+        return 0
+    kf = "[" + ", ".join(sql_str(f) for f in kernel_files) + "]"
+    counts = (f"SELECT capture_id, host_op_id, count(*) AS n FROM read_parquet({kf}, hive_partitioning=false) "
+              "WHERE host_op_id IS NOT NULL GROUP BY ALL")
+    caps = f"SELECT DISTINCT capture_id FROM read_parquet({kf}, hive_partitioning=false)"
+    changed = 0
+    for h in host:
+        src = f"read_parquet({sql_str(h)}, hive_partitioning=false)"
+        new = (f"CASE WHEN o.kernel_count IS NOT NULL AND o.capture_id IN ({caps}) "
+               "THEN coalesce(k.n, 0) ELSE o.kernel_count END")
+        n = con.execute(f"SELECT count(*) FROM {src} o LEFT JOIN ({counts}) k USING (capture_id, host_op_id) "
+                        f"WHERE o.kernel_count IS DISTINCT FROM {new}").fetchone()[0]
+        if not n:
+            continue
+        tmp = h.with_name(h.name + ".steps")
+        con.execute(f"COPY (SELECT o.* REPLACE ({new} AS kernel_count) FROM {src} o "
+                    f"LEFT JOIN ({counts}) k USING (capture_id, host_op_id)) TO {sql_str(tmp)} "
+                    "(FORMAT parquet, COMPRESSION zstd)")
+        os.replace(tmp, h)
+        changed += int(n)
+    return changed
 
 
 def common_steps(per_capture: Sequence[Sequence[int]]) -> List[int]:

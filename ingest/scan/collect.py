@@ -34,6 +34,7 @@ from rich.console import Console
 
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.ingest.profiler.discover import is_raw, pt_dbs
+from tilake.ingest.profiler.metadata import empty_reason
 
 STAGE3_FILE = "tilake_scan_stage3.json"
 FORMAT = "tilake-scan-stage3/1"
@@ -300,8 +301,9 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
         st.op(side, rel, "analyse()", "skipped", "already parsed during the run")
         return SourceState(side, rel, "device", _rel(db, root), n, label="device")
     if db is None and not is_raw(pt) and _host_csv(pt) is None:
-        st.op(side, rel, "inspect folder", "failed", "empty *_ascend_pt folder (no DB, CSV, FRAMEWORK/ or PROF_*)")
-        return SourceState(side, rel, "failed", note="empty folder", label="evidence_missing")
+        why = empty_reason(pt)  # "empty …" or what it holds instead (analysis.db, communication*.json, …)
+        st.op(side, rel, "inspect folder", "failed", why)
+        return SourceState(side, rel, "failed", note=why, label="evidence_missing")
     logs = root / "tilake_scan_logs"
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", rel)
     if db is None and run_analyse and is_raw(pt):

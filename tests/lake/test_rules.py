@@ -104,3 +104,29 @@ def test_a_rules_dir_changes_a_grade_and_is_recorded(tmp_path, monkeypatch):
     (lake.root / "rules").rmdir()
     res = build_swapped(lake, progress=False)
     assert res.full_refresh and res.rules is None and _grades(lake, "same_ops")[0] == before
+
+
+def test_ingest_records_the_rules_in_force_in_the_runs_row(tmp_path, monkeypatch):
+    """``runs.rules``: the folder, the same sha256 the build records, and the files; NULL without rules."""
+    from tilake.ingest.profiler.discover import explicit
+    from tilake.ingest.profiler.load import ingest_profile
+    from tilake.synth.db import write_profiler_db
+    from tilake.synth.population import JobConfig, infer_population
+    from profiler_helpers import pt_db, raw
+
+    monkeypatch.delenv(settings.RULES, raising=False)
+    write_profiler_db(pt_db(tmp_path / "cap", "i"), infer_population(JobConfig(layers=1)))
+    lake = Lake(tmp_path / "lake")
+    ingest_profile(lake, "plain", explicit(tmp_path / "cap", "infer"), allow_missing=True, progress=False)
+    ours = tmp_path / "my_rules"
+    ours.mkdir()
+    row = dict(_shipped_row("same_ops"), grade="yellow")
+    _write(ours / "grading_rules.csv", list(row), [list(row.values())])
+    monkeypatch.setenv(settings.RULES, str(ours))
+    ingest_profile(lake, "ruled", explicit(tmp_path / "cap", "infer"), allow_missing=True, progress=False)
+    got = dict(raw(lake.root, "runs", "true").aggregate("run_id, rules").fetchall())
+    assert got["plain"] is None
+    rec = json.loads(got["ruled"])
+    _proj, built = rules.project_with_rules(PROJECT_DIR, ours, tmp_path / "work")
+    assert rec == {"dir": str(ours.resolve()), "sha256": built["sha256"], "files": ["grading_rules.csv"]}
+    assert len(rec["sha256"]) == 64 and rules.run_record(lake.root) == got["ruled"]

@@ -27,6 +27,7 @@ def test_html_and_tables_without_training_evidence(tmp_path):
     assert res["status"] == "evidence_missing" and res["exit_status"] == 3
     counts = {g: n for g, n in res["grade_counts"].items() if n}
     assert set(counts) == {"evidence_missing"} and res["one_side_only"] == {"train": 0, "infer": 0}
+    assert res["profiler_steps"] == {"train": "no evidence", "infer": "step 1 (STEP_TIME; rank 0)"}
     html = Path(res["outputs"]["html"]).read_text(encoding="utf-8")
     assert '<p class="banner"><b>evidence_missing</b>' in html
     rows = html.split('<tbody>')[1].split('</tbody>')[0]

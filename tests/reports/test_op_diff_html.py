@@ -175,3 +175,25 @@ def test_headless_chromium_1400px(example_run, html, tmp_path):
                    capture_output=True, timeout=120)
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(data[16:20], "big") == 1400
+
+
+def test_fallback_label_derived_mark_and_uncategorized_share(example_run):
+    """As the Markdown report: ``(fallback)`` after a fallback category, ``†`` on an op type derived from
+    the kernel name (level-0 capture) with its legend, and the uncategorized / fallback share per side."""
+    out, res = example_run
+    wh = out / "lake" / "warehouse.duckdb"
+    facts = copy.deepcopy(load_facts(wh, res.run_id))
+    shares = {c["side"]: c for c in facts["categorisation"]}
+    assert set(shares) == {"train", "infer"}
+    plain = _page(wh, facts, "en")
+    assert "(fallback)" not in plain and "derived from kernel name" not in plain
+    o = next(o for o in facts["side_ops"] if o["side"] == "train")
+    o.update(op_type_derived=True, category_source="fallback")
+    page = _page(wh, facts, "en")
+    assert f"<td>{o['op_type']}<sup title=\"derived from kernel name\">†</sup></td>" in page
+    assert f"<td>{o['category']} (fallback)</td>" in page
+    assert "† derived from kernel name (level-0 capture records no op type)" in page
+    t = shares["train"]
+    assert (f"training — Uncategorized: {100 * t['uncategorized_share']:.1f}% of calls "
+            f"({t['uncategorized_op_types']} op types); fallback category (kernel-name family / task type): "
+            f"{100 * t['fallback_share']:.1f}% ({t['fallback_op_types']}).") in page

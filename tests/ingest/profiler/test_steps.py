@@ -146,3 +146,19 @@ def test_disjoint_steps_are_all_counted_and_said(shared_dir, tmp_path):
     assert dict(raw(lake.root, "kernels", "true").aggregate("rank, count(*)").fetchall()) == {0: 191, 1: 191}
     assert res.notes == ["train: no step is covered by every rank (rank 0: [50]; rank 1: [51]): all steps "
                          "counted; --profiler-step N counts one step"]
+
+
+def test_host_op_kernel_counts_leave_out_the_kernels_the_step_filter_dropped(split, tmp_path):
+    """``host_ops.kernel_count`` counts only kernels still in the lake: rank 0 loses step 51 (its host
+    ops launched in step 51 count 0), rank 1 keeps everything (its counts equal an unfiltered ingest)."""
+    root, n0, _n1 = split
+    lake = Lake(tmp_path / "lake")
+    ingest_profile(lake, "h", explicit(root, "train"), allow_missing=True, progress=False)
+    linked = dict(raw(lake.root, "kernels", "host_op_id IS NOT NULL").aggregate("rank, count(*)").fetchall())
+    counted = dict(raw(lake.root, "host_ops", "true").aggregate("rank, sum(kernel_count)::BIGINT").fetchall())
+    assert counted == linked
+    assert linked[0] < linked[1]  # rank 0 lost the host-linked kernels of step 51
+    per_op = raw(lake.root, "host_ops", "rank = 0").aggregate("host_op_id, kernel_count").fetchall()
+    direct = dict(raw(lake.root, "kernels", "rank = 0 AND host_op_id IS NOT NULL")
+                  .aggregate("host_op_id, count(*)").fetchall())
+    assert {h: n for h, n in per_op if n} == direct

@@ -192,3 +192,31 @@ def test_older_and_relocated_layouts_and_several_replicas(tmp_path):
     assert [s.side for s in st.sources] == ["train", "infer", "infer"]
     assert all(s.status == "device" for s in st.sources)
     assert st.sources[0].path.startswith("1/e2e/") and st.sources[2].path.startswith("rollout-replica1_")
+
+
+def test_rank_without_kernels_says_what_it_holds_not_empty_folder(tmp_path, shared_dir):
+    """Real capture ``fixtures/real_public/msinsight_st_level2``: ranks 1 and 3 hold ``analysis.db``,
+    ``communication*.json`` and ``step_trace_time.csv`` but no kernel data (issue 12 item 8)."""
+    import shutil
+
+    src = shared_dir / "fixtures" / "real_public" / "msinsight_st_level2"
+    if not src.is_dir():
+        pytest.skip(f"{src} not found")
+    root = tmp_path / "profiler_output"
+    for r in (0, 1):
+        shutil.copytree(src / f"rank_{r}_ascend_pt", root / "e2e" / f"rank_{r}_ascend_pt")
+    seam = StandInSeam()
+    st = collect(root, seam, None, run_analyse=False)
+    by_path = {s.path: s for s in st.sources if s.side == "train"}
+    r1 = by_path["e2e/rank_1_ascend_pt"]
+    assert (r1.status, r1.label) == ("failed", "evidence_missing")
+    assert "empty" not in r1.note
+    assert r1.note.startswith("kernel data missing: no ascend_pytorch_profiler*.db, kernel_details.csv")
+    for f in ("ASCEND_PROFILER_OUTPUT/analysis.db", "ASCEND_PROFILER_OUTPUT/communication.json",
+              "ASCEND_PROFILER_OUTPUT/step_trace_time.csv", "profiler_metadata.json"):
+        assert f in r1.note
+    assert by_path["e2e/rank_0_ascend_pt"].status == "device"
+    (root / "e2e" / "rank_9_ascend_pt").mkdir()
+    st = collect(root, seam, None, run_analyse=False)
+    r9 = [s for s in st.sources if s.path == "e2e/rank_9_ascend_pt"][0]
+    assert r9.note == "empty *_ascend_pt folder (no DB, CSV or raw data)"

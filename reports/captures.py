@@ -1,0 +1,100 @@
+"""What the reports say about a run's captures beyond their status: the profiler steps counted per side
+and the invalid source rows each capture carried.
+
+Both read ``fct_capture_health`` rows (or the same fields of an ingest's capture results):
+
+* ``step_source`` — where the step markers came from (``STEP_TIME``, ``PYTORCH_API ProfilerStep#N``,
+  ``kernel_details.csv Step Id``, …); NULL when the capture has none.
+* ``steps_kept`` — JSON list of the steps counted (the steps every rank of the side covers, or the
+  ``--profiler-step N`` selection). The selection is made at ingest (``tilake ingest/run --profiler-step
+  N``): the kernels of other steps are not in the lake, so a report can only say which steps it covers.
+* ``invalid_rows`` — JSON ``{problem: rows}`` (``tilake.ingest.profiler.rows``): rows kept for the kernel
+  set but left out of timings, or repeated rows kept once.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterable, List, Optional
+
+
+def _steps(v: Any) -> Optional[List[int]]:
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
+    try:
+        out = json.loads(v)
+    except (TypeError, ValueError):
+        return None
+    return [int(x) for x in out] if isinstance(out, list) else None
+
+
+def steps_counted(captures: Iterable[Dict[str, Any]], side: str, lang: str = "zh") -> str:
+    """One line naming the profiler steps counted on ``side``.
+
+    ``captures``: dicts with ``side``, ``rank``, ``status``, ``step_source``, ``steps_kept``. Only usable
+    captures (status ok / host_fallback) count. Examples (en): ``steps 50 (STEP_TIME; ranks 0, 1)``,
+    ``no step markers: every captured kernel counted (ranks 0)``, ``no evidence``.
+    """
+    zh = lang == "zh"
+    mine = [c for c in captures if c.get("side") == side and c.get("status") in ("ok", "host_fallback")]
+    if not mine:
+        return "无证据" if zh else "no evidence"
+    parts = []
+    kept: Dict[tuple, List[Any]] = {}
+    all_steps, unmarked = [], []
+    for c in sorted(mine, key=lambda c: (c.get("rank") is None, c.get("rank"))):
+        steps = _steps(c.get("steps_kept"))
+        if steps is not None:
+            kept.setdefault((tuple(steps), c.get("step_source") or ""), []).append(c.get("rank"))
+        elif c.get("step_source"):
+            all_steps.append(c.get("rank"))
+        else:
+            unmarked.append(c.get("rank"))
+    ranks = lambda rs: ", ".join(str(r) for r in rs)  # noqa: E731
+    for (steps, src), rs in kept.items():
+        s = ", ".join(str(x) for x in steps)
+        parts.append(f"step {s}（{src}；rank {ranks(rs)}）" if zh else f"step{'s' if len(steps) > 1 else ''} {s} "
+                     f"({src}; rank{'s' if len(rs) > 1 else ''} {ranks(rs)})")
+    if all_steps:
+        parts.append(f"全部采集的 step（没有所有 rank 共同覆盖的 step；rank {ranks(all_steps)}）" if zh else
+                     f"every captured step (no step is covered by every rank; ranks {ranks(all_steps)})")
+    if unmarked:
+        parts.append(f"无 step 标记：计入全部 kernel（rank {ranks(unmarked)}）" if zh else
+                     f"no step markers: every captured kernel counted (ranks {ranks(unmarked)})")
+    return "; ".join(parts)
+
+
+def steps_note(lang: str = "zh") -> str:
+    """Why the report cannot pick another step: the selection is made at ingest."""
+    if lang == "zh":
+        return "step 在入湖时选定（tilake ingest/run --profiler-step N）；其他 step 的 kernel 不在湖中"
+    return "steps are selected at ingest (tilake ingest/run --profiler-step N); other steps' kernels are not in the lake"
+
+
+def invalid_text(invalid_rows: Any) -> str:
+    """``negative_duration=3, duplicate_string_ids=2`` from the ``invalid_rows`` JSON; '' when none or
+    unreadable (the raw JSON is then shown as is)."""
+    if not invalid_rows:
+        return ""
+    try:
+        d = json.loads(invalid_rows) if isinstance(invalid_rows, str) else dict(invalid_rows)
+    except (TypeError, ValueError):
+        return str(invalid_rows)
+    if not isinstance(d, dict):
+        return str(invalid_rows)
+    return ", ".join(f"{k}={v}" for k, v in sorted(d.items()) if v)
+
+
+def ingest_capture_rows(captures: Iterable[Any]) -> List[Dict[str, Any]]:
+    """The fields :func:`steps_counted` reads, from an ingest's capture results (objects with
+    ``capture.side``, ``capture.rank``, ``status``, ``marks.source``, ``steps_kept``)."""
+    out = []
+    for r in captures:
+        marks = getattr(r, "marks", None)
+        counts = getattr(r, "step_counts", None)
+        out.append({"side": r.capture.side, "rank": r.capture.rank, "status": r.status,
+                    "step_source": (getattr(marks, "source", "") or None) if counts is not None
+                    and getattr(counts, "per_step", None) else None,
+                    "steps_kept": getattr(r, "steps_kept", None)})
+    return out
