@@ -20,9 +20,10 @@ import csv
 import hashlib
 import io
 import json
+import re
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from tilake import settings
 from tilake.errors import TilakeError
@@ -55,21 +56,84 @@ def rules_dir(lake_root: Path, explicit: Optional[Path] = None) -> Optional[Path
 
 
 def _read(path: Path) -> Tuple[List[str], List[Dict[str, str]]]:
+    """Header and rows of a seed CSV; each row carries its first line number under ``""``.
+
+    Raises:
+        TilakeError: unreadable file, a quote never closed, or a row with another number of
+            columns than the header (the line is named).
+    """
+    rows, line = [], 1
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            r = csv.DictReader(f)
-            return list(r.fieldnames or []), list(r)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            r = csv.reader(f, strict=True)
+            header = next(r, [])
+            line = r.line_num + 1
+            for values in r:
+                if values and len(values) != len(header):
+                    hint = ("a comma inside a text must be quoted" if len(values) > len(header)
+                            else "write every column, an empty one as nothing between two commas")
+                    raise TilakeError(f"line {line}: {len(values)} columns where the header has {len(header)} "
+                                      f"({hint})", path=path)
+                if values:
+                    rows.append(dict(zip(header, values), **{"": str(line)}))
+                line = r.line_num + 1
+    except csv.Error as exc:
+        raise TilakeError(f"line {line}: not valid CSV ({exc}; a quote opened on this line is never closed?)",
+                          path=path) from exc
+    except (OSError, UnicodeDecodeError) as exc:
         raise TilakeError(f"cannot read the rules file: {exc}", path=path) from exc
+    return header, rows
 
 
-def merge_seed(shipped: Path, user: Path) -> Tuple[str, Dict[str, int]]:
+def _kinds(cols: List[str], rows: List[Dict[str, str]]) -> Dict[str, Tuple[str, bool]]:
+    """Per column of a shipped seed: ``(kind, required)``; kind is ``integer``/``boolean``/``text`` as the
+    shipped values all are (dbt infers the seed's column types from them), required when none is empty."""
+    out = {}
+    for c in cols:
+        vals = [r[c] for r in rows if r[c] != ""]
+        kind = ("integer" if vals and all(_INT.fullmatch(v) for v in vals) else
+                "boolean" if vals and all(v in ("true", "false") for v in vals) else "text")
+        out[c] = (kind, len(vals) == len(rows))
+    return out
+
+
+_INT = re.compile(r"-?[0-9]+")
+GRADE_COLUMNS = ("grade", "seed_table_grade")
+"""Columns whose values must be a grade of the ``grades`` seed (shipped or user rows)."""
+
+
+def check_rows(user: Path, shipped_cols: List[str], shipped_rows: List[Dict[str, str]],
+               rows: List[Dict[str, str]], grades: Optional[Set[str]] = None) -> None:
+    """Check ``rows`` of the rules file ``user`` against the shipped seed's column kinds and ``grades``.
+
+    Raises:
+        TilakeError: the first bad value, naming the line, column and what is expected.
+    """
+    kinds = _kinds(shipped_cols, shipped_rows)
+    for r in rows:
+        for c, (kind, required) in kinds.items():
+            v, where = r[c], f"line {r['']}, column {c}"
+            if v == "":
+                if required:
+                    raise TilakeError(f"{where}: empty, a value is required", path=user)
+            elif kind == "integer" and not _INT.fullmatch(v.strip()):
+                raise TilakeError(f"{where}: {v!r} is not an integer", path=user)
+            elif kind == "boolean" and v.strip().lower() not in ("true", "false"):
+                raise TilakeError(f"{where}: {v!r} is not true or false", path=user)
+            elif grades is not None and c in GRADE_COLUMNS and v not in grades:
+                raise TilakeError(f"{where}: unknown grade {v!r} (grades: {', '.join(sorted(grades))}; "
+                                  "a new grade needs a row in grades.csv)", path=user)
+
+
+def merge_seed(shipped: Path, user: Path, grades: Optional[Set[str]] = None) -> Tuple[str, Dict[str, int]]:
     """CSV text of ``shipped`` with the rows of ``user`` merged in (same key → replaced, else added).
 
     Returns:
         ``(csv text in the shipped column order, {"rows", "replaced", "added"})``.
     Raises:
-        TilakeError: ``user``'s header is not the shipped one (missing or unknown columns named).
+        TilakeError: ``user``'s header is not the shipped one (missing or unknown columns named); a
+            row of ``user`` that is not valid CSV or has a bad value (:func:`check_rows`; grade
+            columns checked against ``grades`` when given).
     """
     cols, rows = _read(shipped)
     ucols, urows = _read(user)
@@ -78,6 +142,7 @@ def merge_seed(shipped: Path, user: Path) -> Tuple[str, Dict[str, int]]:
         raise TilakeError(f"rules file header differs from the shipped {shipped.name} (missing: "
                           f"{', '.join(missing) or '-'}; unknown: {', '.join(extra) or '-'}); copy the header of "
                           f"tilake/dbt_project/seeds/{shipped.name}", path=user)
+    check_rows(user, cols, rows, urows, grades)
     key = SEED_KEYS[shipped.stem]
     index = {tuple(r[k] for k in key): i for i, r in enumerate(rows)}
     replaced = added = 0
@@ -91,7 +156,7 @@ def merge_seed(shipped: Path, user: Path) -> Tuple[str, Dict[str, int]]:
             rows.append(r)
             added += 1
     out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=cols, lineterminator="\n")
+    w = csv.DictWriter(out, fieldnames=cols, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     w.writerows(rows)
     return out.getvalue(), {"rows": len(rows), "replaced": replaced, "added": added}
@@ -104,8 +169,9 @@ def project_with_rules(project: Path, rules: Optional[Path], work: Path) -> Tupl
         ``(project folder, record)``; the record is ``{"dir", "sha256", "files": {name: counts}}``
         (None without rules), sha256 over the rules files' names and bytes.
     Raises:
-        TilakeError: a CSV in the rules folder that is not a known seed, or has another header;
-            a rules folder without any CSV.
+        TilakeError: a CSV in the rules folder that is not a known seed, has another header or a bad
+            row (:func:`merge_seed`; grades are the shipped ones plus the folder's ``grades.csv``);
+            a rules folder without any CSV. Raised before anything is written.
     """
     if rules is None:
         return project, None
@@ -114,10 +180,13 @@ def project_with_rules(project: Path, rules: Optional[Path], work: Path) -> Tupl
         raise TilakeError(f"rules folder holds no seed CSV (one of {', '.join(s + '.csv' for s in SEED_KEYS)})",
                           path=rules)
     merged, counts = {}, {}
+    grades = {r["grade"] for r in _read(project / "seeds" / "grades.csv")[1]}
+    if (rules / "grades.csv").is_file():
+        grades |= {r["grade"] for r in _read(rules / "grades.csv")[1] if "grade" in r}
     for f in files:
         if f.stem not in SEED_KEYS:
             raise TilakeError(f"not a tilake rules file: use one of {', '.join(s + '.csv' for s in SEED_KEYS)}", path=f)
-        merged[f.name], counts[f.name] = merge_seed(project / "seeds" / f.name, f)
+        merged[f.name], counts[f.name] = merge_seed(project / "seeds" / f.name, f, grades)
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(project, work, ignore=shutil.ignore_patterns("target", "logs", "__pycache__", "dbt_packages"))

@@ -8,7 +8,8 @@
 4. **profile** — a generated ``profiles.yml`` pointing dbt at the copy;
 5. **dbt** — :func:`dbt_build` on the copy (full refresh when the project changed);
 6. **checkpoint** — fold the copy's WAL into the file;
-7. **swap** — ``os.replace`` the copy over ``warehouse.duckdb`` (readers keep their snapshot).
+7. **swap** — ``os.replace`` the copy over ``warehouse.duckdb`` (readers keep their snapshot); only
+   when dbt succeeded (no error, no failing test): a failed build leaves the lake as it was.
 
 The project folder ships inside the package (``tilake/dbt_project``); dbt's ``target/`` and
 logs go to ``<lake>/.dbt/`` so an installed package is never written to. ``TILAKE_LAKE`` is set
@@ -443,9 +444,9 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
         select: dbt ``--select`` arguments. full_refresh: rebuild incremental marts from scratch.
         extra: more dbt arguments. progress: "N of M nodes" on stderr (see :func:`dbt_build`).
     Returns:
-        :class:`BuildResult`. The warehouse is replaced unless a model or seed errored (then it is
-        left exactly as it was; failing *tests* still swap, as plain ``dbt build`` would have
-        written the tables too).
+        :class:`BuildResult`. The warehouse is replaced only when dbt succeeded: after any error or
+        failing test (a bad rules row fails ``accepted_values``) it is left exactly as it was, byte
+        for byte, with its recorded project state, so the next build runs as if this one never did.
     Raises:
         TilakeError: dbt could not start; LakeBusyError: another writer holds the lake.
     """
@@ -458,9 +459,7 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
             prof = _swap_profile(lake, tmp)                   # 4 profile
             res = dbt_build(lake, select=select, full_refresh=full_refresh, progress=progress,
                             extra=["--profiles-dir", str(prof), *(extra or [])])   # 5 dbt
-            broken = [n for n in res.nodes if str(n[1]).lower().endswith(("model", "seed", "snapshot"))
-                      and n[2] in ("error", "runtime error")]
-            if broken or not tmp.exists():
+            if not res.success or not tmp.exists():   # any error or failing test: the lake stays as it was
                 return res
             _checkpoint(tmp)                                  # 6 checkpoint
             _swap(tmp, lake.warehouse)                        # 7 swap

@@ -130,3 +130,89 @@ def test_ingest_records_the_rules_in_force_in_the_runs_row(tmp_path, monkeypatch
     _proj, built = rules.project_with_rules(PROJECT_DIR, ours, tmp_path / "work")
     assert rec == {"dir": str(ours.resolve()), "sha256": built["sha256"], "files": ["grading_rules.csv"]}
     assert len(rec["sha256"]) == 64 and rules.run_record(lake.root) == got["ruled"]
+
+
+def _rules_text(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+GRADING_HEADER = "rule_id,priority,grade,diff_type_zh,diff_type_en,rule_zh,rule_en\n"
+
+
+@pytest.mark.parametrize("body, problem", [
+    # a quote opened on line 3 and never closed: csv would swallow the rest of the file into one field
+    ('same_ops,10,green,相同,identical,a,b\nmy_rule,5,red,"x,y,z,w\n',
+     'line 3: not valid CSV (unexpected end of data; a quote opened on this line is never closed?)'),
+    ("same_ops,10,green,相同,identical\n",
+     "line 2: 5 columns where the header has 7 (write every column, an empty one as nothing between two commas)"),
+    ("same_ops,10,green,a,b,c,d,e\n", "line 2: 8 columns where the header has 7 (a comma inside a text must be quoted)"),
+    ("same_ops,10,green,a,b,c,d\nmy_rule,5,purple,a,b,c,d\n",
+     "line 3, column grade: unknown grade 'purple' (grades: evidence_missing, green, orange, red, yellow; "
+     "a new grade needs a row in grades.csv)"),
+    ("same_ops,high,green,a,b,c,d\n", "line 2, column priority: 'high' is not an integer"),
+    ("same_ops,,green,a,b,c,d\n", "line 2, column priority: empty, a value is required"),
+])
+def test_bad_rows_are_one_line_naming_file_and_line(tmp_path, body, problem):
+    f = _rules_text(tmp_path / "r" / "grading_rules.csv", GRADING_HEADER + body)
+    with pytest.raises(TilakeError) as e:
+        rules.project_with_rules(PROJECT_DIR, tmp_path / "r", tmp_path / "work")
+    assert str(e.value) == f"{f}: {problem}"
+    assert not (tmp_path / "work").exists()   # nothing written before the check
+
+
+def test_bool_column_and_user_grades(tmp_path):
+    # op_catalog.fused is true/false in every shipped row (dbt infers a boolean column)
+    cols = (PROJECT_DIR / "seeds" / "op_catalog.csv").read_text(encoding="utf-8").splitlines()[0]
+    f = _rules_text(tmp_path / "r" / "op_catalog.csv", cols + "\nop_type,MyOp,10,attention,attention,yes,,,,,,,x\n")
+    with pytest.raises(TilakeError, match=r"op_catalog.csv: line 2, column fused: 'yes' is not true or false$"):
+        rules.project_with_rules(PROJECT_DIR, tmp_path / "r", tmp_path / "work")
+    f.unlink()
+    # a grade the folder's grades.csv adds is known to the other rules files
+    _rules_text(tmp_path / "r" / "grades.csv", "grade,emoji,label_zh,label_en,color,severity_rank\n"
+                "purple,🟣,紫,purple,purple,2\n")
+    _rules_text(tmp_path / "r" / "grading_rules.csv", GRADING_HEADER + "same_ops,10,purple,a,b,c,d\n")
+    _, rec = rules.project_with_rules(PROJECT_DIR, tmp_path / "r", tmp_path / "work")
+    assert rec["files"] == {"grades.csv": {"rows": 6, "replaced": 0, "added": 1},
+                            "grading_rules.csv": {"rows": 12, "replaced": 1, "added": 0}}
+    assert "same_ops,10,purple,a,b,c,d" in (tmp_path / "work" / "seeds" / "grading_rules.csv").read_text("utf-8")
+
+
+def _md5(p):
+    import hashlib
+    return hashlib.md5(p.read_bytes()).hexdigest()
+
+
+def test_a_failed_build_leaves_the_lake_as_it_was(tmp_path, monkeypatch):
+    """The break-test repro: rules that make dbt fail (a grade outside the marts' accepted_values) must not
+    swap the warehouse in nor record their state; the next plain build is green without --full-refresh."""
+    from click.testing import CliRunner
+
+    from tilake.cli import main
+
+    monkeypatch.delenv(settings.RULES, raising=False)
+    run_example(tmp_path / "ex")
+    lake = Lake(tmp_path / "ex" / "lake")
+    md5, (sha, recorded) = _md5(lake.warehouse), _grades(lake, "same_ops")[1]
+    q3 = tmp_path / "q3"
+    _rules_text(q3 / "grades.csv", "grade,emoji,label_zh,label_en,color,severity_rank\npurple,🟣,紫,purple,purple,2\n")
+    row = dict(_shipped_row("same_ops"), grade="purple")
+    _write(q3 / "grading_rules.csv", list(row), [list(row.values())])
+    monkeypatch.setenv(settings.RULES, str(q3))
+    res = build_swapped(lake, progress=False)
+    assert not res.success and res.full_refresh
+    assert [n[0] for n in res.failures] == [
+        "accepted_values_fct_op_comparison_grade__red__orange__yellow__green__evidence_missing"]
+    assert _md5(lake.warehouse) == md5 and not (lake.root / ".build").exists()
+    # an unknown grade without a grades.csv row: stopped before dbt, one line, exit 2
+    (q3 / "grades.csv").unlink()
+    r = CliRunner().invoke(main, ["build", "--quiet", "--lake", str(lake.root)])
+    assert r.exit_code == 2 and r.output.splitlines()[-1] == (
+        f"error: {q3 / 'grading_rules.csv'}: line 2, column grade: unknown grade 'purple' (grades: "
+        "evidence_missing, green, orange, red, yellow; a new grade needs a row in grades.csv)"), r.output
+    assert _md5(lake.warehouse) == md5
+    monkeypatch.delenv(settings.RULES)
+    res = build_swapped(lake, progress=False)
+    assert res.success and not res.full_refresh   # the recorded state is still the shipped project's
+    assert _grades(lake, "same_ops")[1] == (sha, recorded)
