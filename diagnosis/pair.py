@@ -102,6 +102,9 @@ def _select_request(tens: Dict[str, Any], pairing: dict, notes: List[str]) -> No
     ``request_tokens: [a, b]`` slices rows ``a:b`` of a token-major ``[T, ...]`` inference tensor that
     has more rows than the training one (continuous batching); ``request_index: i`` selects row ``i``
     of a ``[B, ...]`` inference tensor whose other dims match the training tensor.
+
+    Raises:
+        TilakeError: the rows ``a:b`` or the row ``i`` lie outside that inference tensor.
     """
     t, r = tens.get("infer"), tens.get("train")
     if t is None or r is None or t.dim() == 0:
@@ -110,12 +113,17 @@ def _select_request(tens: Dict[str, Any], pairing: dict, notes: List[str]) -> No
     rng = pairing.get("request_tokens")
     if rng and t.dim() >= 1 and rs and t.shape[0] > rs[0]:
         a, b = int(rng[0]), int(rng[1])
-        if b <= t.shape[0]:
-            tens["infer"] = t[a:b]
-            notes.append(f"infer: request tokens [{a}:{b}] of {list(t.shape)}")
-            return
+        if b > t.shape[0]:
+            raise TilakeError(f"--request-tokens {a}:{b} reaches past the inference tensor's {t.shape[0]} token "
+                              f"rows (shape {list(t.shape)})")
+        tens["infer"] = t[a:b]
+        notes.append(f"infer: request tokens [{a}:{b}] of {list(t.shape)}")
+        return
     idx = pairing.get("request_index")
     if idx is not None and t.dim() >= 2 and t.shape[0] > 1 and [d for d in t.shape[1:] if d != 1] == rs:
+        if not 0 <= int(idx) < t.shape[0]:
+            raise TilakeError(f"--request-index {idx} is outside the inference batch of {t.shape[0]} "
+                              f"(shape {list(t.shape)})")
         tens["infer"] = t[int(idx)]
         notes.append(f"infer: request row {idx} of batch {list(t.shape)}")
 
