@@ -129,7 +129,7 @@ def test_request_rows_outside_the_inference_tensor_are_refused(tmp_path):
     from tilake.pipeline.dumps import run_analyze
 
     tens = {"train": torch.zeros(8), "infer": torch.zeros(4, 8)}
-    with pytest.raises(TilakeError, match=r"--request-index 99 is outside the inference batch of 4 \(shape \[4, 8\]\)"):
+    with pytest.raises(TilakeError, match=r"--request-index 99 is outside the inference tensor's first dimension of 4 \(shape \[4, 8\]\)"):
         _select_request(tens, {"request_index": 99}, [])
     _select_request(tens, {"request_index": 3}, notes := [])
     assert list(tens["infer"].shape) == [8] and notes == ["infer: request row 3 of batch [4, 8]"]
@@ -138,6 +138,12 @@ def test_request_rows_outside_the_inference_tensor_are_refused(tmp_path):
         _select_request(tens, {"request_tokens": [5, 12]}, [])
     with pytest.raises(TilakeError, match="--request-tokens 5:2: END must be after START"):
         run_analyze(tmp_path, tmp_path, tmp_path / "o", request_tokens=(5, 2))
+    # an unbatched [seq, hidden] inference tensor (the real single-request pairA dump's shape) still refuses
+    tens = {"train": torch.zeros(8, 32), "infer": torch.zeros(8, 32)}
+    with pytest.raises(TilakeError, match=r"--request-index 99 .* first dimension of 8 \(shape \[8, 32\]\)"):
+        _select_request(tens, {"request_index": 99}, [])
+    _select_request(tens, {"request_index": 3}, notes := [])   # in range but no batch: nothing selected
+    assert list(tens["infer"].shape) == [8, 32] and notes == []
 
 
 def test_report_prints_every_file_it_wrote(tmp_path, capsys):
