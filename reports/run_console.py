@@ -225,8 +225,6 @@ def print_ingest(res) -> None:
 
 def print_build(res, warnings) -> None:
     """``tilake build``'s lines: warnings, one ``FAIL:`` line per failed node on stderr, the node count."""
-    import sys
-
     for w in warnings:
         print(f"warning: {w}")
     for n in res.failures:
