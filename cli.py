@@ -104,10 +104,12 @@ class _Group(click.Group):
     line and exit status 2."""
 
     def invoke(self, ctx):
+        from tilake.reports.run_console import quiet_broken_pipe   # `tilake … | head`: exit 0 quietly
         try:
-            return super().invoke(ctx)
-        except (TilakeError, DoorError) as exc:
-            click.echo(f"error: {exc.message if isinstance(exc, DoorError) else exc}", err=True)
+            with quiet_broken_pipe():
+                return super().invoke(ctx)
+        except (TilakeError, DoorError, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
+            click.echo(f"error: {exc.message if isinstance(exc, DoorError) else str(exc) or 'interrupted by the user'}", err=True)
             sys.exit(2)
         except ModuleNotFoundError as exc:  # torch is an extra: dump analysis and the torch example need it
             if exc.name != "torch":
@@ -170,7 +172,7 @@ PROFILE_OPTIONS = [
     click.option("--allow-missing", is_flag=True,
                  help="Record sides without device evidence as evidence_missing instead of failing."),
     click.option("--memory-limit", envvar=settings.MEMORY_LIMIT, show_envvar=True, expose_value=False,
-                 callback=lambda c, p, v: v and settings.set_memory_limit(v),
+                 callback=lambda c, p, v: v and settings.set_memory_limit(v, c.get_parameter_source(p.name).name == "ENVIRONMENT"),
                  help="DuckDB memory limit per ingest process, e.g. 2GB (default: RAM/4, 256MiB..2GiB)."),
 ]
 
@@ -230,11 +232,9 @@ def build(select, full_refresh, lake_path):
 def report(run_id, out_dir, lang, lake_path):
     """Write the operator diff report of RUN_ID from the marts."""
     from tilake.pipeline.profile import report_command
+    from tilake.reports.run_console import print_report_paths
 
-    out = report_command(_lake(lake_path), run_id, out_dir, lang)
-    click.echo(f"report: {out['report']}\ncsv: {out['csv']}\n" + "\n".join(f"{s}: profiler steps counted: {t}" for s, t in out["steps"].items()))
-    for p in out["runtime_ops"]:
-        click.echo(f"ops: {p}")
+    print_report_paths(report_command(_lake(lake_path), run_id, out_dir, lang))
 
 
 @main.command("run")

@@ -15,20 +15,28 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Optional, Union
 
 from tilake.errors import TilakeError
 
 PathLike = Union[str, Path]
 
 
-def check_out_dir(out_dir: Path) -> Path:
+def check_out_dir(out_dir: Path, lake_root: Optional[PathLike] = None) -> Path:
     """Create ``out_dir`` and prove it is writable before any work starts.
 
+    Args:
+        lake_root: the lake; an ``out_dir`` at or below it is refused (reports written into
+            ``raw/<table>/`` break every reader of that table).
     Raises:
-        TilakeError: it cannot be created or written.
+        TilakeError: it is inside the lake, or cannot be created or written.
     """
     out_dir = Path(out_dir)
+    if lake_root is not None:
+        root, where = Path(lake_root).resolve(), out_dir.resolve()
+        if where == root or root in where.parents:
+            raise TilakeError("the output folder is inside the lake; choose a folder outside it "
+                              f"(lake: {lake_root})", path=out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f".tilake-write-test-{os.getpid()}"
@@ -90,3 +98,11 @@ def atomic_write_json(path: PathLike, obj: Any, indent: int = 1, mkdir: bool = T
     """
     text = json.dumps(obj, indent=indent, ensure_ascii=False, default=str) + "\n"
     return atomic_write_text(path, text, mkdir)
+
+
+def discard_stdout() -> None:
+    """Point file descriptor 1 at ``os.devnull`` (after a ``BrokenPipeError``: the reader of a pipe,
+    e.g. ``head``, has gone), so the interpreter's final flush of ``sys.stdout`` cannot fail again."""
+    fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 1)
+    os.close(fd)

@@ -86,14 +86,16 @@ def check_memory_limit(value: str, where: str = MEMORY_LIMIT) -> str:
     return str(value).strip()
 
 
-def set_memory_limit(value: str) -> None:
+def set_memory_limit(value: str, from_env: bool = False) -> None:
     """Validate ``value`` and export it as ``$TILAKE_MEMORY_LIMIT`` for this process and its children
     (the ``--memory-limit`` option; worker processes inherit it).
 
+    Args:
+        from_env: the value came from ``$TILAKE_MEMORY_LIMIT`` (the option's envvar), not the option.
     Raises:
-        TilakeError: not a size.
+        TilakeError: not a size, naming the variable or ``--memory-limit``, whichever gave it.
     """
-    os.environ[MEMORY_LIMIT] = check_memory_limit(value, "--memory-limit")
+    os.environ[MEMORY_LIMIT] = check_memory_limit(value, MEMORY_LIMIT if from_env else "--memory-limit")
 
 
 def memory_limit(env: Optional[Mapping[str, str]] = None) -> str:

@@ -102,19 +102,29 @@ def _select_request(tens: Dict[str, Any], pairing: dict, notes: List[str]) -> No
     ``request_tokens: [a, b]`` slices rows ``a:b`` of a token-major ``[T, ...]`` inference tensor that
     has more rows than the training one (continuous batching); ``request_index: i`` selects row ``i``
     of a ``[B, ...]`` inference tensor whose other dims match the training tensor.
+
+    Raises:
+        TilakeError: the rows ``a:b`` or the row ``i`` lie outside that inference tensor.
     """
     t, r = tens.get("infer"), tens.get("train")
     if t is None or r is None or t.dim() == 0:
         return
     rs = [d for d in r.shape if d != 1] if r.dim() else []
-    rng = pairing.get("request_tokens")
+    rng, idx = pairing.get("request_tokens"), pairing.get("request_index")
+    # a leading dim > 1 is the token dim of a [T(, H)] tensor, or the batch dim of a [B, S, ...] one: a row
+    # outside it is the user's mistake (when both options are given, each checks its own kind of tensor)
+    token_major = t.dim() >= 1 and t.shape[0] > 1 and (t.dim() <= 2 or (rs and t.shape[0] > rs[0] and idx is None))
+    if rng and token_major and int(rng[1]) > t.shape[0]:
+        raise TilakeError(f"--request-tokens {rng[0]}:{rng[1]} reaches past the inference tensor's {t.shape[0]} "
+                          f"token rows (shape {list(t.shape)})")
+    if idx is not None and t.dim() >= 2 and t.shape[0] > 1 and not (rng and token_major) and not 0 <= int(idx) < t.shape[0]:
+        raise TilakeError(f"--request-index {idx} is outside the inference tensor's first dimension of "
+                          f"{t.shape[0]} (shape {list(t.shape)})")
     if rng and t.dim() >= 1 and rs and t.shape[0] > rs[0]:
         a, b = int(rng[0]), int(rng[1])
-        if b <= t.shape[0]:
-            tens["infer"] = t[a:b]
-            notes.append(f"infer: request tokens [{a}:{b}] of {list(t.shape)}")
-            return
-    idx = pairing.get("request_index")
+        tens["infer"] = t[a:b]
+        notes.append(f"infer: request tokens [{a}:{b}] of {list(t.shape)}")
+        return
     if idx is not None and t.dim() >= 2 and t.shape[0] > 1 and [d for d in t.shape[1:] if d != 1] == rs:
         tens["infer"] = t[int(idx)]
         notes.append(f"infer: request row {idx} of batch {list(t.shape)}")

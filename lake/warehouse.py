@@ -173,6 +173,14 @@ def _held_dbt_output():
         logging.raiseExceptions = old
 
 
+class DbtInterrupted(TilakeError):
+    """Ctrl-C while dbt built the warehouse (the built copy is discarded, so the warehouse is as it was)."""
+
+
+def _interrupted(lake: Lake) -> DbtInterrupted:
+    return DbtInterrupted("interrupted during dbt build; the lake is unchanged", path=lake.root)
+
+
 def _disk_failure(lake: Lake, res) -> Optional[TilakeError]:
     """One line naming the lake when dbt failed because the disk is full or the lake read-only."""
     if res.exception is not None:
@@ -295,7 +303,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         :class:`BuildResult`.
     Raises:
         TilakeError: dbt could not start (bad project or profile; the message names dbt's log
-            file); LakeBusyError.
+            file); DbtInterrupted: Ctrl-C (dbt's own traceback is not replayed); LakeBusyError.
     """
     from dbt.cli.main import dbtRunner
     from rich.console import Console
@@ -334,6 +342,8 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
                 res = dbtRunner(callbacks=[meter]).invoke(args)
             finally:
                 meter.close()
+    if isinstance(res.exception, KeyboardInterrupt):   # dbt catches Ctrl-C and hands it back
+        raise _interrupted(lake) from None
     failed = _disk_failure(lake, res)   # full disk / read-only lake: one line naming the lake
     if failed is not None:
         raise failed from res.exception
@@ -358,7 +368,8 @@ def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:
     under ``<lake>/.dbt/`` (so ``docs generate`` then ``docs serve`` find each other; the package is
     never written to) unless ``args`` give their own. Runs under the lake's writer lock
     (:meth:`Lake.writing`); ``build``/``run`` here write the warehouse in place (``tilake build``
-    is the copy-and-swap door readers never notice). dbt prints its own output.
+    is the copy-and-swap door readers never notice). dbt prints its own output, without ANSI colours
+    when stdout is not a terminal (``DBT_USE_COLORS=false`` unless the caller set it).
 
     Returns:
         0 when dbt succeeded, 1 when it ran and failed, 2 when it could not run.
@@ -372,7 +383,8 @@ def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:
     args = list(args)
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     dbt_dir = lake.root / ".dbt"
-    with lake.writing(), _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
+    colors = {} if sys.stdout.isatty() or "DBT_USE_COLORS" in os.environ else {"DBT_USE_COLORS": "false"}
+    with lake.writing(), _env(**{settings.LAKE: str(dbt_lake_root(lake.root))}, **colors,
                               DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
         project, _rules = _project(lake)
         for flag, value in (("--project-dir", project), ("--profiles-dir", PROJECT_DIR),
@@ -381,7 +393,7 @@ def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:
                 args += [flag, str(value)]
         res = dbtRunner().invoke(args)
     if res.exception is not None:
-        sys.stderr.write(f"dbt could not run: {res.exception} (dbt log: {dbt_dir / 'logs' / 'dbt.log'})\n")
+        sys.stderr.write(f"error: dbt could not run: {res.exception} (dbt log: {dbt_dir / 'logs' / 'dbt.log'})\n")
         return 2
     return 0 if res.success else 1
 
@@ -448,7 +460,8 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
         failing test (a bad rules row fails ``accepted_values``) it is left exactly as it was, byte
         for byte, with its recorded project state, so the next build runs as if this one never did.
     Raises:
-        TilakeError: dbt could not start; LakeBusyError: another writer holds the lake.
+        TilakeError: dbt could not start; DbtInterrupted: Ctrl-C (nothing swapped in);
+        LakeBusyError: another writer holds the lake.
     """
     with lake.writing():                                      # 1 lock, 2 ensure
         work = lake.root / ".build"
@@ -464,5 +477,7 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
             _checkpoint(tmp)                                  # 6 checkpoint
             _swap(tmp, lake.warehouse)                        # 7 swap
             return res
+        except KeyboardInterrupt:                             # before the swap: the warehouse is as it was
+            raise _interrupted(lake) from None
         finally:
             shutil.rmtree(work, ignore_errors=True)

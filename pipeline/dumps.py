@@ -104,6 +104,8 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     pairing: Dict[str, Any] = {}
     if request_index is not None:
         pairing["request_index"] = int(request_index)
+    if request_tokens and int(request_tokens[1]) <= int(request_tokens[0]):
+        raise TilakeError(f"--request-tokens {request_tokens[0]}:{request_tokens[1]}: END must be after START")
     if request_tokens:
         pairing["request_tokens"] = [int(request_tokens[0]), int(request_tokens[1])]
     if cu_seqlens:

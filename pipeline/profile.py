@@ -21,7 +21,7 @@ from tilake.ingest.profiler.discover import Capture, assign_worker_ranks, dedupe
 from tilake.ingest.profiler.load import IngestResult, ingest_profile
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
-from tilake.lake.warehouse import BuildResult, build_swapped
+from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
 
 PathLike = Union[str, Path]
 RECORDED = "recorded profiler output"
@@ -115,6 +115,23 @@ def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = ()
     return sorted(kept, key=lambda c: (c.side != "train", c.rank, str(c.path)))
 
 
+def check_sides(caps: Sequence[Capture], profiler_output: Optional[PathLike], allow_missing: bool = False) -> None:
+    """Refuse, before the lake is touched, a folder where one side has no capture at all.
+
+    Raises:
+        TilakeError: naming the side, the folder searched and the layouts discovery knows
+        (:mod:`tilake.ingest.profiler.discover`), unless ``allow_missing``.
+    """
+    for side in ("train", "infer"):
+        if allow_missing or any(c.side == side for c in caps):
+            continue
+        where = f"in {Path(profiler_output).resolve()}" if profiler_output is not None else "among the given paths"
+        raise TilakeError(
+            f"no {side} capture was found {where}", hint="verl writes training captures under e2e/<host>_<pid>_<ts>_ascend_pt/ "
+            "(or actor_update/) and inference captures under agent_loop_rollout_replica_*/ or rollout*/; "
+            f"name a capture with --{side} PATH, or record the side as evidence_missing with --allow-missing")
+
+
 def source_description(profiler_output: Optional[Path], train: Sequence[Path] = (),
                        infer: Sequence[Path] = ()) -> str:
     """Where a run's captures came from: the profiler_output folder and/or the explicit paths."""
@@ -142,14 +159,18 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
         TilakeError: bad input (the lake is unchanged), dbt failure, report failure.
     """
     validate_run_id(run_id)
-    check_out_dir(out_dir)
+    check_out_dir(out_dir, lake.root)
     caps = collect_captures(profiler_output, train, infer)
+    check_sides(caps, profiler_output, allow_missing)
     meta = dict(run_meta or {})
     meta.setdefault("source_path", source_description(profiler_output, train, infer))
     with lake.writing():   # one lock, one ensure: ingest and build
         ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
                              profiler_step=profiler_step)
-        build = build_swapped(lake)
+        try:
+            build = build_swapped(lake)
+        except DbtInterrupted as exc:
+            raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
     build.raise_if_failed(path=lake.root)
     from tilake.reports.op_diff import write_report
 
@@ -219,6 +240,7 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
     """
     rid = resolve_run_id(run_id, profiler_output, train, infer)
     caps = collect_captures(Path(profiler_output) if profiler_output else None, train, infer)
+    check_sides(caps, profiler_output, allow_missing)
     meta = run_meta(**model, collection_method=RECORDED,
                     source_path=source_description(profiler_output, train, infer))
     with lake.writing():
@@ -244,7 +266,7 @@ def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh")
     """``tilake report``: the operator diff report of ``run_id`` from the marts (see ``write_report``)."""
     from tilake.reports.op_diff import write_report
 
-    return write_report(lake.warehouse, run_id, Path(out_dir), lang)
+    return write_report(lake.warehouse, run_id, check_out_dir(Path(out_dir), lake.root), lang)
 
 
 def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,

@@ -5,9 +5,11 @@ or warnings), and nothing a person reads is a raw Python ``repr``.
 """
 from __future__ import annotations
 
+import contextlib
 import shlex
+import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from tilake.lake.registry import KNOWN_TOOLS
 from tilake.reports.captures import ingest_capture_rows, steps_counted
@@ -228,10 +230,44 @@ def print_ingest(res) -> None:
 
 def print_build(res, warnings) -> None:
     """``tilake build``'s lines: warnings, one ``FAIL:`` line per failed node on stderr, the node count."""
-    import sys
-
     for w in warnings:
         print(f"warning: {w}")
     for n in res.failures:
         print(f"FAIL: {n[0]}: {n[3]}", file=sys.stderr)
     print(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
+
+
+def print_report_paths(out: Dict[str, Any]) -> None:
+    """``tilake report``'s lines: every file written (Markdown report, chart, CSV, runtime-ops JSON, then the
+    HTML page, numeric CSV and xlsx when they were written), one ``<kind>: <path>`` line each on stdout."""
+    lines = [("report", out["report"]), ("chart", out.get("chart")), ("csv", out["csv"])]
+    lines += [("ops", p) for p in out.get("runtime_ops", [])]
+    lines += [(k, out[k]) for k in ("html", "numeric_csv", "xlsx") if out.get(k)]
+    for kind, p in lines:
+        if p:
+            print(f"{kind}: {p}")
+    for side, text in (out.get("steps") or {}).items():
+        print(f"{side}: profiler steps counted: {text}")
+
+
+def _rich_broken_pipe(console) -> None:
+    """rich's ``Console.on_broken_pipe`` exits with status 1; raise the error instead, so that
+    :func:`quiet_broken_pipe` ends the command with 0 whichever writer met the closed pipe."""
+    console.quiet = True
+    raise BrokenPipeError(32, "Broken pipe")
+
+
+@contextlib.contextmanager
+def quiet_broken_pipe() -> Iterator[None]:
+    """Around a CLI command: when stdout's reader has gone (``tilake scan … | head -2``), stop quietly with
+    exit status 0 (the convention of cat/grep/git), not a traceback or rich's/click's silent status 1."""
+    from rich.console import Console
+
+    from tilake.files import discard_stdout
+
+    Console.on_broken_pipe = _rich_broken_pipe
+    try:
+        yield
+    except BrokenPipeError:
+        discard_stdout()
+        sys.exit(0)
