@@ -236,44 +236,6 @@ def _list_raw(lake: Lake) -> List[Dict[str, Any]]:
     return rows
 
 
-def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Path] = None) -> None:
-    """Render :func:`list_runs` output as a rich table (one row per run); an empty lake names its folder."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    console = console or Console()
-    if not runs:
-        where = f" ({lake_root})" if lake_root else ""
-        console.print(f"no runs in this lake{where} yet (tilake ingest / tilake run / tilake dumps analyze --run-id "
-                      "add them; another lake: --lake DIR or TILAKE_LAKE)", soft_wrap=True, markup=False)
-        return
-    rows = []
-    for r in runs:
-        tools = r["tool_versions"]
-        shown = [f"{k} {tools[k]}" for k in KNOWN_TOOLS if k in tools]
-        shown += [f"{k} {v}" for k, v in sorted(tools.items()) if k not in KNOWN_TOOLS]
-        caps = "" if not (r["has_profile"] and r["captures"]) else (
-            f"{r['captures']}" + (f" ({r['captures_not_usable']} not usable)" if r["captures_not_usable"] else ""))
-        rows.append({
-            "run": r["run_id"], "model": r["model_id"] or "", "family": r["model_family"] or "",
-            "step": "" if r["step"] is None else str(r["step"]), "tools": ", ".join(shown),
-            "host": r["host"] or "",
-            "created (UTC)": r["created_at"].strftime("%Y-%m-%d %H:%M:%S") if r["created_at"] else "",
-            "tags": ", ".join(f"{k}={v}" for k, v in sorted(r["tags"].items())),
-            "kernels train/infer": f"{r['train_kernels']}/{r['infer_kernels']}" if caps else "",
-            "captures": caps, "dumps": (r["dump_verdict"] or "") if r["has_dumps"] else ""})
-    optional = {"step", "tools", "tags", "dumps", "model", "host"}
-    cols = [c for c in rows[0] if c not in optional or any(row[c] for row in rows)]
-    t = Table(title=f"{len(runs)} run(s)")
-    for c in cols:
-        t.add_column(c, justify="right" if c in ("step", "kernels train/infer", "captures") else "left",
-                     overflow="fold")
-    for row in rows:   # run fields are the user's text: shown literally, never as rich markup
-        t.add_row(*[Text(row[c]) for c in cols])
-    console.print(t)
-
-
 def run_tables(lake: Lake, run_id: str) -> List[str]:
     """Raw tables holding a partition of ``run_id``."""
     validate_run_id(run_id)
