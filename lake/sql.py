@@ -209,7 +209,8 @@ def check_statements(con, sql: str) -> List[Any]:
         for kind, _text in executed_statements(con, st):
             if kind not in ALLOWED_TYPES:
                 inside = " (inside EXPLAIN)" if _kind(st) == "EXPLAIN" and kind != _kind(st) else ""
-                raise TilakeError(f"tilake sql is read-only: {kind} statements are refused{inside} "
+                label = "INSTALL/LOAD" if kind == "LOAD" else kind   # DuckDB types INSTALL as a LOAD statement
+                raise TilakeError(f"tilake sql is read-only: {label} statements are refused{inside} "
                                   "(only SELECT/WITH/SHOW/DESCRIBE/SUMMARIZE and EXPLAIN of them run)")
     return stmts
 

@@ -230,7 +230,7 @@ def _restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int
         if len(marked) > 1 or profiler_step is not None:  # one rank alone: nothing restricted, nothing to say
             lines.append(f"{side}: steps counted {keep} "
                          + (f"(selected; ranks {ranks})" if profiler_step is not None
-                            else f"(covered by every rank with step markers: {ranks})"))
+                            else f"(covered by every rank with step markers: ranks {ranks})"))
         for r in marked:
             r.steps_kept = keep
             drop = sorted(set(r.step_counts.per_step) - set(keep))

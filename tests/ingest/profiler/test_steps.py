@@ -81,7 +81,7 @@ def test_real_db_kernels_all_fall_in_step_50(shared_dir, tmp_path):
     caps = _caps(lake, "r")
     assert [(c["step_source"], c["steps"], c["steps_kept"], c["open_tail_kernels"]) for c in caps.values()] == [
         ("STEP_TIME", '{"50": 191}', "[50]", 0)] * 2
-    assert res.notes == ["train: steps counted [50] (covered by every rank with step markers: 0, 1)"]
+    assert res.notes == ["train: steps counted [50] (covered by every rank with step markers: ranks 0, 1)"]
     assert [c["reason"] for c in caps.values()] == ["step(s) [50] counted (STEP_TIME)"] * 2
     assert all(not c.notes for c in res.captures)  # nothing to warn about on the console
 
@@ -117,7 +117,7 @@ def test_counts_keep_the_steps_every_rank_covers_and_flag_the_open_tail(split, t
     assert c[0]["kernel_count"] == n0
     assert json.loads(c[1]["steps"]) == {"50": n1} and c[1]["open_tail_kernels"] == 191 - n1
     assert f"open tail: {191 - n1} kernel call(s) launched after step 50 ended" in c[1]["reason"]
-    assert "train: steps counted [50] (covered by every rank with step markers: 0, 1)" in res.notes
+    assert "train: steps counted [50] (covered by every rank with step markers: ranks 0, 1)" in res.notes
     by_step = dict(raw(lake.root, "kernels", "rank = 1").aggregate("coalesce(step, -1), count(*)").fetchall())
     assert by_step == {50: n1, -1: 191 - n1}
 
