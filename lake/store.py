@@ -409,16 +409,20 @@ class RunWriter:
         return d / f"part-{self._seq:05d}.parquet"
 
     def copy_query(self, table: str, sql: str, partition: Optional[Dict[str, Any]] = None,
-                   con=None) -> int:
+                   con=None, strings: Iterable[str] = ()) -> int:
         """Write the rows of ``sql`` (must yield the table's columns by name) as one Parquet file.
 
         The run id and partition values go into the folder path only (the file holds
         :func:`~tilake.lake.schema.file_columns`; a partition column ``sql`` yields is ignored).
+        ``strings``: VARCHAR columns that ``sql`` may yield as an ENUM; they are written as they come
+        (Parquet UTF-8 strings either way, from the ENUM's dictionary without hashing each value).
         Returns the row count.
         """
         partition = dict(partition or {})
         con = con or self.con
-        cols = [f'CAST(q."{c}" AS {t}) AS "{c}"' for c, t in schema.file_columns(table)]
+        keep = set(strings)
+        cols = [f'q."{c}"' if c in keep and t == "VARCHAR" else f'CAST(q."{c}" AS {t}) AS "{c}"'
+                for c, t in schema.file_columns(table)]
         target = self._target(table, partition)
         con.execute(f"COPY (SELECT {', '.join(cols)} FROM ({sql}) q) TO {sql_str(target)} "
                     "(FORMAT parquet, COMPRESSION zstd)")

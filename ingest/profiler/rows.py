@@ -93,6 +93,28 @@ def dedupe_strings(con, path: Path) -> int:
     return int(dup)
 
 
+BITMAP_SLACK = 8
+"""Key spans up to this many times the row count (plus 2**20) are counted with a bitmap."""
+
+
+def distinct_ids(con, source: str) -> tuple:
+    """``(rows, distinct non-NULL globalTaskIds)`` of the SQL relation ``source``.
+
+    globalTaskIds are dense (msprof numbers tasks 0, 1, 2 …), so when the id span is at most
+    :data:`BITMAP_SLACK` × rows + 2**20 the distinct count is the number of bits set by
+    ``bitstring_agg`` (one bit per possible id: exact, no hashing; 2 M ids: 0.02 s vs 0.15 s for
+    ``count(DISTINCT)``, bench/README.md); otherwise ``count(DISTINCT globalTaskId)``.
+    """
+    n, lo, hi = con.execute(f"SELECT count(*), min(globalTaskId), max(globalTaskId) FROM {source}").fetchone()
+    if lo is None:
+        return int(n), 0
+    if hi - lo + 1 <= BITMAP_SLACK * n + (1 << 20):
+        ids = con.execute(f"SELECT bit_count(bitstring_agg(globalTaskId, {int(lo)}, {int(hi)})) FROM {source}").fetchone()[0]
+    else:
+        ids = con.execute(f"SELECT count(DISTINCT globalTaskId) FROM {source}").fetchone()[0]
+    return int(n), int(ids or 0)
+
+
 def dedupe_dump(con, file: Path, table: str, path: Path) -> int:
     """Keep one row per ``globalTaskId`` in a dumped ``table`` Parquet file; return the rows dropped.
 
@@ -100,7 +122,7 @@ def dedupe_dump(con, file: Path, table: str, path: Path) -> int:
         TilakeError: one ``globalTaskId`` has two different rows (names the id).
     """
     f = f"read_parquet({sql_str(file)}, hive_partitioning=false)"
-    n, ids = con.execute(f"SELECT count(*), count(DISTINCT globalTaskId) FROM {f}").fetchone()
+    n, ids = distinct_ids(con, f)
     if n == ids:
         return 0
     distinct = con.execute(f"SELECT count(*) FROM (SELECT DISTINCT * FROM {f})").fetchone()[0]
