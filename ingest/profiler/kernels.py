@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from tilake.errors import TilakeError
+from tilake.ingest.profiler.decode import ENUM_COLUMNS, KernelStrings
 from tilake.ingest.profiler.hostmatch import links_missing, match_by_order
 from tilake.ingest.profiler.rows import dedupe_dump, span_columns, span_ok, span_problem, timing_counts
 from tilake.lake.duck import sql_str
@@ -49,11 +50,6 @@ def sid_value(alias: "str | None", field: str = "value") -> str:
 
 
 _TAGS = itertools.count()
-ENUM_COLUMNS = frozenset({"capture_id", "source_kind", "kernel_name", "op_type", "accelerator", "device_task_type",
-                          "input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes",
-                          "output_formats"})
-"""Kernel columns the compute query may yield as an ENUM of their strings (written as-is, not cast)."""
-
 KERNEL_CHUNK_ROWS = 2_000_000
 """COMPUTE_TASK_INFO rows per TASK ⋈ COMPUTE_TASK_INFO hash join (its table then fits in memory)."""
 
@@ -122,72 +118,6 @@ def _chunk_bounds(con, cti: Path, rows: int) -> List[tuple]:
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-ENUM_MAX_VALUES = 65_536
-"""Most distinct strings a decoded kernel column is written through an ENUM for (else VARCHAR): DuckDB's
-Parquet writer stores an ENUM column's whole dictionary in every row group."""
-
-DECODED = {
-    # alias: (dump file key, id column, {output field: SQL over the sid row}, enum type key per field)
-    "kernel_name": ("cti", "c_kernel_name", {"v": "value", "derived": "derived"}, {"v": "kernel_name", "derived": "op"}),
-    # the op type is the opType string unless it cleans to nothing, then the name-derived one (coalesce)
-    "raw_op": ("cti", "c_raw_op", {"op": "CASE WHEN clean IS NULL THEN NULL ELSE value END"}, {"op": "op"}),
-    "accel": ("cti", "c_accel", {"v": "clean"}, {"v": "accel"}),
-    **{a: ("cti", f"c_{a}", {"v": "clean"}, {"v": a}) for a in ("i_sh", "i_dt", "i_fm", "o_sh", "o_dt", "o_fm")},
-    "tt": ("task", "t_tt", {"v": "value"}, {"v": "tt"}),
-}
-"""How each STRING_IDS key of a kernel is decoded: the fields of its lookup table ``<tag>_k_<alias>``."""
-
-
-def _kernel_strings(con, files: Dict[str, Path], tag: str) -> List[str]:
-    """Lookup tables id → decoded string for every kernel string column, and temp table ``ksid``.
-
-    ``ksid``: the ``sid`` rows the dumped kernel columns point at (:mod:`.hostmatch` reads kernel names
-    from it). Joining the whole STRING_IDS copy (millions of unrelated host strings in big captures)
-    built ten hash tables of it and ran out of memory under a few hundred MB (BR-22); the ids kernels
-    use are a few thousand.
-
-    Per column (:data:`DECODED`) a temp table ``<tag>_k_<alias>(id, <fields>)`` holds only the ids that
-    column uses, its strings cast to an ENUM type of the values they take (``<tag>_e_<key>``; VARCHAR
-    above :data:`ENUM_MAX_VALUES`). DuckDB's Parquet writer writes an ENUM column as its dictionary
-    plus indexes instead of hashing every string: 2 M kernels, 29 columns: 0.33 s vs 1.0 s
-    (bench/README.md); the file holds plain UTF-8 strings either way. Returns the created names
-    (tables first, then types) for :func:`_drop`.
-    """
-    made: List[str] = []
-    for a, (key, col, _, _) in DECODED.items():
-        con.execute(f'CREATE OR REPLACE TEMP TABLE "{tag}_i_{a}" AS SELECT DISTINCT "{col}" AS id '
-                    f"FROM read_parquet({sql_str(files[key])}, hive_partitioning=false) WHERE \"{col}\" IS NOT NULL")
-        made.append(f'TABLE "{tag}_i_{a}"')
-    ids = " UNION ".join(f'SELECT id FROM "{tag}_i_{a}"' for a in DECODED)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE ksid AS SELECT * FROM sid WHERE id IN ({ids})")
-    values: Dict[str, List[str]] = {}
-    for a, (_, _, fields, enums) in DECODED.items():
-        for f, expr in fields.items():
-            values.setdefault(enums[f], []).append(f'SELECT {expr} AS s FROM ksid WHERE id IN (SELECT id FROM "{tag}_i_{a}")')
-    types: Dict[str, str] = {}
-    for key, parts in values.items():
-        src = " UNION ".join(parts)
-        n = con.execute(f"SELECT count(DISTINCT s) FROM ({src})").fetchone()[0]
-        if 0 < n <= ENUM_MAX_VALUES:
-            con.execute(f'CREATE TYPE "{tag}_e_{key}" AS ENUM (SELECT DISTINCT s FROM ({src}) WHERE s IS NOT NULL ORDER BY s)')
-            types[key] = f'"{tag}_e_{key}"'
-    for a, (_, _, fields, enums) in DECODED.items():
-        cols = ", ".join(f"CAST({expr} AS {types.get(enums[f], 'VARCHAR')}) AS {f}" for f, expr in fields.items())
-        con.execute(f'CREATE OR REPLACE TEMP TABLE "{tag}_k_{a}" AS SELECT id, {cols} FROM ksid '
-                    f'WHERE id IN (SELECT id FROM "{tag}_i_{a}")')
-        made.insert(0, f'TABLE "{tag}_k_{a}"')
-    return made + [f"TYPE {t}" for t in types.values()]
-
-
-def _drop(con, made: List[str]) -> None:
-    """Drop what :func:`_kernel_strings` created (tables before the ENUM types they use)."""
-    for obj in made:
-        try:
-            con.execute(f"DROP {obj}")
-        except Exception:  # a connection invalidated by an earlier DuckDB error: nothing left to drop
-            return
-
-
 def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Dict[str, int],
                   shown: Path, notes: List[str], say=lambda text: None) -> tuple:
     """Write compute kernels then HCCL ops; returns (compute kernel rows, all kernel rows).
@@ -219,11 +149,10 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                    "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
                    "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
         tag = f"_kx{next(_TAGS)}"
-        joins = "\n".join(f'LEFT JOIN "{tag}_k_{a}" j_{a} ON j_{a}.id = b.{DECODED[a][1]}' for a in DECODED)
         base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
         dump = writer.staging / f"_dump_{capture_id}"
         dump.mkdir(parents=True, exist_ok=True)
-        made: List[str] = []
+        dec = KernelStrings(tag)
         try:
             queries = {
                 "task": ("SELECT t.globalTaskId, t.deviceId, t.streamId, t.taskId, t.startNs, t.endNs, "
@@ -241,7 +170,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                 if dropped:
                     invalid[f"{table} repeated rows (kept once)"] = dropped
             invalid.update(timing_counts(con, files["task"], files["cti"]))
-            made = _kernel_strings(con, files, tag)
+            dec.build(con, files)
+            j = dec.expr
             by_order = links_missing(con, files["task"])
             if by_order:
                 matched = match_by_order(con, files["task"], files["cti"])
@@ -276,13 +206,15 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                         JOIN (SELECT * FROM read_parquet({sql_str(files['task'])}, hive_partitioning=false) WHERE {rng}) t
                           ON t.globalTaskId = c.globalTaskId
                     ), k AS (
-                        SELECT b.*, j_kernel_name.v AS kernel_name, coalesce(j_raw_op.op, j_kernel_name.derived) AS op_type,
-                               j_raw_op.op IS NULL AS op_type_derived, j_accel.v AS accelerator,
-                               j_tt.v AS device_task_type, j_i_sh.v AS input_shapes, j_i_dt.v AS input_dtypes,
-                               j_i_fm.v AS input_formats, j_o_sh.v AS output_shapes, j_o_dt.v AS output_dtypes,
-                               j_o_fm.v AS output_formats, {cann_val} AS cann_api_name, {host_pick}
+                        SELECT b.*, {j['kernel_name.v']} AS kernel_name,
+                               coalesce({j['raw_op.op']}, {j['kernel_name.derived']}) AS op_type,
+                               {j['raw_op.op']} IS NULL AS op_type_derived, {j['accel.v']} AS accelerator,
+                               {j['tt.v']} AS device_task_type, {j['i_sh.v']} AS input_shapes,
+                               {j['i_dt.v']} AS input_dtypes, {j['i_fm.v']} AS input_formats,
+                               {j['o_sh.v']} AS output_shapes, {j['o_dt.v']} AS output_dtypes,
+                               {j['o_fm.v']} AS output_formats, {cann_val} AS cann_api_name, {host_pick}
                         FROM b
-                        {joins}
+                        {dec.joins}
                         {cann_join}
                         {host_link}
                     )
@@ -296,7 +228,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                     FROM k"""
                 n += writer.copy_query("kernels", sql, partition, strings=ENUM_COLUMNS)
         finally:
-            _drop(con, made)
+            dec.drop(con)
             shutil.rmtree(dump, ignore_errors=True)
     compute = n
     if pr.has("COMMUNICATION_OP"):
