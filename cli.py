@@ -18,6 +18,8 @@ from tilake.errors import TilakeError
 class DoorError(click.BadParameter):
     """A bad option value found by one of tilake's ParamTypes; printed as one ``error:`` line."""
 
+    door_message = True
+
 
 class _TilakeType(click.ParamType):
     """Base of tilake's ParamTypes: :meth:`fail` raises :class:`DoorError` with the plain message."""
@@ -105,17 +107,15 @@ class _Group(click.Group):
 
     def invoke(self, ctx):
         from tilake.reports.run_console import quiet_broken_pipe   # `tilake … | head`: exit 0 quietly
+        from tilake.pipeline.failures import error_line
         try:
             with quiet_broken_pipe():
                 return super().invoke(ctx)
-        except (TilakeError, DoorError, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
-            click.echo(f"error: {exc.message if isinstance(exc, DoorError) else str(exc) or 'interrupted by the user'}", err=True)
-            sys.exit(2)
-        except ModuleNotFoundError as exc:  # torch is an extra: dump analysis and the torch example need it
-            if exc.name != "torch":
+        except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
+            line = error_line(exc, ctx.invoked_subcommand)
+            if line is None:
                 raise
-            extra = "torch" if ctx.invoked_subcommand == "example" else "dumps"
-            click.echo(f"error: this command needs PyTorch: pip install 'tilake[{extra}]'", err=True)
+            click.echo(f"error: {line}", err=True)
             sys.exit(2)
 
 

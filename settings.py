@@ -29,11 +29,14 @@ THREADS = "TILAKE_THREADS"
 DEFAULT_THREADS = 1
 
 # DuckDB memory limit of every tilake connection (DuckDB size text: 700MB, 2GB, 1.5GiB); the ingest CLI's
-# --memory-limit option sets it for the process. Default: a quarter of this machine's RAM, clamped
-# to 256 MiB .. 2 GiB (DuckDB spills joins/sorts above it to a private temp folder, see lake/duck.py)
+# --memory-limit option sets it for the process. Default: a quarter of this machine's RAM and at most
+# 256 MiB per CPU core (one ingest worker per core), clamped to 256 MiB .. 8 GiB (DuckDB spills
+# joins/sorts above it to a private temp folder, see lake/duck.py)
 MEMORY_LIMIT = "TILAKE_MEMORY_LIMIT"
-MEMORY_LIMIT_MIN_MIB, MEMORY_LIMIT_MAX_MIB = 256, 2048
-_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
+MEMORY_LIMIT_MIN_MIB, MEMORY_LIMIT_MAX_MIB, MEMORY_PER_CORE_MIB = 256, 8192, 256
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
+_UNIT_BYTES = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
 
 # how much of a dbt build tilake prints on stderr: quiet (nothing but failures and the summary),
 # normal ("dbt build: N of M nodes"; one updating line on a terminal, a line per tenth elsewhere),
@@ -67,12 +70,30 @@ def threads(env: Optional[Mapping[str, str]] = None) -> int:
 
 
 def default_memory_limit() -> str:
-    """A quarter of physical RAM (``os.sysconf``), clamped to 256 MiB .. 2 GiB, as ``'<n>MiB'``."""
+    """A quarter of physical RAM (``os.sysconf``) and at most :data:`MEMORY_PER_CORE_MIB` per usable CPU
+    core, clamped to 256 MiB .. 8 GiB, as ``'<n>MiB'``.
+
+    The per-core bound keeps a small machine's peak RSS low where more memory buys no speed (2 cores,
+    24 GB RAM: 512 MiB; BR-22, 4 M kernels + 2 M strings: 7.7 s and 423 MB RSS at 512 MiB, 7.6 s and
+    880 MB at 2 GiB; bench/README.md) and gives each parallel ingest worker a share of 256 MiB.
+    """
     try:
         total_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
     except (ValueError, OSError, AttributeError):  # no sysconf (Windows): the upper bound
         total_mib = 4 * MEMORY_LIMIT_MAX_MIB
-    return f"{max(MEMORY_LIMIT_MIN_MIB, min(MEMORY_LIMIT_MAX_MIB, total_mib // 4))}MiB"
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    mib = min(total_mib // 4, MEMORY_PER_CORE_MIB * cores)
+    return f"{max(MEMORY_LIMIT_MIN_MIB, min(MEMORY_LIMIT_MAX_MIB, mib))}MiB"
+
+
+def size_bytes(value: str) -> Optional[int]:
+    """Bytes of a DuckDB size text (``700MB``, ``2GiB``, ``232.6 MiB`` as ``current_setting`` prints it);
+    None when it is not one (decimal units are powers of 1000, binary ones of 1024, as in DuckDB)."""
+    m = _SIZE.match(str(value))
+    return int(float(m.group(1)) * _UNIT_BYTES[m.group(2).upper()]) if m else None
 
 
 def check_memory_limit(value: str, where: str = MEMORY_LIMIT) -> str:

@@ -11,7 +11,7 @@ Prints figures, asserts nothing. Steps, all in one run:
    RSS is ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` (KiB on Linux; the ingest is the only child
    that is waited for).
 
-Targets: ingest time ≤ 1.5 × baseline, peak RSS ≤ 1 GB.
+Targets: ingest time ≤ 1.0 × baseline (issue 12; issue 2 asked ≤ 1.5×), peak RSS ≤ 1 GB.
 
 Usage::
 
@@ -125,8 +125,8 @@ def main(argv=None) -> int:
         ratio = secs / base if base else float("nan")
         print(f"tilake ingest (subprocess):              {secs:.2f} s  kernels ingested: {kernels:,}"
               if kernels is not None else f"tilake ingest (subprocess): {secs:.2f} s")
-        print(f"ratio ingest / baseline:                 {ratio:.2f}×  (target ≤ 1.5×: "
-              f"{'met' if ratio <= 1.5 else 'NOT met'})")
+        print(f"ratio ingest / baseline:                 {ratio:.2f}×  (target ≤ 1.0×: "
+              f"{'met' if ratio <= 1.0 else 'NOT met'})")
         print(f"peak RSS of the ingest subprocess:       {rss_kib / 1024:,.0f} MiB  (target ≤ 1 GB: "
               f"{'met' if rss_kib * 1024 <= 10**9 else 'NOT met'})")
         if kernels is not None and kernels != a.rows:

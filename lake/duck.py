@@ -118,6 +118,12 @@ def connect_private(database: Union[str, Path]) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> Optional[int]:
+    """The connection's DuckDB ``memory_limit`` in bytes (``current_setting`` prints e.g. ``232.6 MiB``);
+    None when it is unlimited or not a size."""
+    return settings.size_bytes(str(con.execute("SELECT current_setting('memory_limit')").fetchone()[0]))
+
+
 def sql_str(value: Union[str, Path]) -> str:
     """Quote a value as a SQL string literal (single quotes doubled)."""
     return "'" + str(value).replace("'", "''") + "'"

@@ -23,7 +23,7 @@ from tilake.errors import TilakeError
 from tilake.ingest.profiler.decode import ENUM_COLUMNS, KernelStrings
 from tilake.ingest.profiler.hostmatch import links_missing, match_by_order
 from tilake.ingest.profiler.rows import dedupe_dump, span_columns, span_ok, span_problem, timing_counts
-from tilake.lake.duck import sql_str
+from tilake.lake.duck import memory_limit_bytes, sql_str
 
 INVALID = 4294967295
 """msprof/torch_npu ``DB_INVALID_VALUE``: an id column that points nowhere."""
@@ -51,7 +51,20 @@ def sid_value(alias: "str | None", field: str = "value") -> str:
 
 _TAGS = itertools.count()
 KERNEL_CHUNK_ROWS = 2_000_000
-"""COMPUTE_TASK_INFO rows per TASK ⋈ COMPUTE_TASK_INFO hash join (its table then fits in memory)."""
+"""Most COMPUTE_TASK_INFO rows per TASK ⋈ COMPUTE_TASK_INFO hash join (its table then fits in memory)."""
+
+KERNEL_ROW_BYTES = 512
+"""Memory budget per kernel row of one join range: the range holds at most memory_limit / this many rows
+(BR-22, 4 M kernels + 2 M STRING_IDS rows: 2 M-row ranges failed with 'failed to pin block' under a
+244 MiB limit, 1 M-row ones passed; 512 B leaves room for the decoded strings and the Parquet writer)."""
+
+
+def chunk_rows(con) -> int:
+    """Rows per join range for ``con``: :data:`KERNEL_CHUNK_ROWS`, fewer under a small memory limit
+    (at least 50,000)."""
+    limit = memory_limit_bytes(con)
+    fit = KERNEL_CHUNK_ROWS if limit is None else max(50_000, limit // KERNEL_ROW_BYTES)
+    return min(KERNEL_CHUNK_ROWS, fit)
 
 
 def _parallel_copy(con, queries: Dict[str, str], folder: Path) -> Dict[str, Path]:
@@ -108,7 +121,7 @@ def _parallel_copy(con, queries: Dict[str, str], folder: Path) -> Dict[str, Path
 def _chunk_bounds(con, cti: Path, rows: int) -> List[tuple]:
     """Half-open ``globalTaskId`` ranges of about :data:`KERNEL_CHUNK_ROWS` COMPUTE_TASK_INFO rows each
     (approximate quantiles of the dumped keys); ``[(None, None)]`` for one chunk."""
-    k = max(1, -(-rows // KERNEL_CHUNK_ROWS))
+    k = max(1, -(-rows // chunk_rows(con)))
     if k == 1:
         return [(None, None)]
     qs = ", ".join(str(i / k) for i in range(1, k))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -276,18 +275,22 @@ def _run_one(cap: Capture, w, row: Dict, say) -> CaptureResult:
     return res
 
 
-_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+WORKER_MIN_MIB = 256
+"""Least memory limit share of one parallel ingest worker (fewer workers under a small limit)."""
 
 
 def _share_of(limit: str, n: int) -> str:
     """``limit`` (a DuckDB size, validated by :func:`tilake.settings.check_memory_limit`) split in ``n``
-    equal parts, as ``'<m>MiB'`` (at least 64 MiB each); ``limit`` itself when its unit is not known."""
-    m = re.match(r"^\s*([0-9.]+)\s*([A-Za-z]*)\s*$", limit)
-    unit = _SIZE_UNITS.get((m.group(2) if m else "").lower() or "b") if m else None
-    if unit is None:
-        return limit
-    return f"{max(64, int(float(m.group(1)) * unit / n) >> 20)}MiB"
+    equal parts, as ``'<m>MiB'`` (at least 64 MiB each); ``limit`` itself when it is not a size."""
+    total = settings.size_bytes(limit)
+    return limit if total is None else f"{max(64, (total // n) >> 20)}MiB"
+
+
+def _workers_for(limit: str, n: int) -> int:
+    """At most ``n`` workers, each with at least :data:`WORKER_MIN_MIB` of ``limit`` (at least one): a
+    2 M-row range join of one big capture needs a few hundred MiB (BR-22)."""
+    total = settings.size_bytes(limit)
+    return n if total is None else max(1, min(n, (total >> 20) // WORKER_MIN_MIB))
 
 
 class _WorkerWriter(RunWriter):
@@ -337,7 +340,7 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
     def say_for(cap):
         return lambda text: bar.update(task, description=f"{cap.side} rank {cap.rank}: {text}")
 
-    n = max(1, min(workers or _cores(), len(captures)))
+    n = max(1, min(workers or _workers_for(settings.memory_limit(), _cores()), len(captures)))
     if any(c.kind == "trace" for c in captures):  # torch-trace ingest sets the spill folder of its connection
         n = 1                                       # to one shared staging/spill: one at a time
     results: List[Optional[CaptureResult]] = [None] * len(captures)
