@@ -53,18 +53,25 @@ _TAGS = itertools.count()
 KERNEL_CHUNK_ROWS = 2_000_000
 """Most COMPUTE_TASK_INFO rows per TASK ⋈ COMPUTE_TASK_INFO hash join (its table then fits in memory)."""
 
-KERNEL_ROW_BYTES = 512
-"""Memory budget per kernel row of one join range: the range holds at most memory_limit / this many rows
-(BR-22, 4 M kernels + 2 M STRING_IDS rows: 2 M-row ranges failed with 'failed to pin block' under a
-244 MiB limit, 1 M-row ones passed; 512 B leaves room for the decoded strings and the Parquet writer)."""
+KERNEL_ROW_BYTES = 256
+"""Memory budget per kernel row of one join range: a range holds at most (free memory) / this many rows."""
 
 
 def chunk_rows(con) -> int:
-    """Rows per join range for ``con``: :data:`KERNEL_CHUNK_ROWS`, fewer under a small memory limit
-    (at least 50,000)."""
+    """Rows per join range for ``con``: :data:`KERNEL_CHUNK_ROWS`, fewer when the free part of the memory
+    limit (the limit minus what in-memory tables hold, at least an eighth of it) is small; at least 50,000.
+
+    BR-22 (4 M kernels, 2 M unrelated STRING_IDS rows whose decoded copy holds 185 MiB): one 2 M-row range
+    failed with 'failed to pin block' under a 244 MiB limit; a plain 2 M-row capture fits one range in
+    512 MiB (one range is 0.1 s faster than two: bench/README.md).
+    """
     limit = memory_limit_bytes(con)
-    fit = KERNEL_CHUNK_ROWS if limit is None else max(50_000, limit // KERNEL_ROW_BYTES)
-    return min(KERNEL_CHUNK_ROWS, fit)
+    if limit is None:
+        return KERNEL_CHUNK_ROWS
+    held = con.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory() "
+                       "WHERE tag = 'IN_MEMORY_TABLE'").fetchone()[0]
+    free = max(limit - int(held), limit // 8)
+    return min(KERNEL_CHUNK_ROWS, max(50_000, free // KERNEL_ROW_BYTES))
 
 
 def _parallel_copy(con, queries: Dict[str, str], folder: Path) -> Dict[str, Path]:

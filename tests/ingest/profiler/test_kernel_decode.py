@@ -63,19 +63,24 @@ def test_distinct_ids_counts_exactly():
 
 def test_chunk_rows_follow_the_memory_limit():
     small = duckdb.connect(config={"memory_limit": "100MB"})   # DuckDB prints it back as '95.3 MiB'
-    assert 195_000 <= kernels.chunk_rows(small) <= 195_400     # 100 MB / 512 B per kernel row
+    assert kernels.chunk_rows(small) == int(95.3 * (1 << 20)) // 256      # nothing held: all of it
+    small.execute("CREATE TEMP TABLE held AS SELECT repeat('x', 40) || range AS s FROM range(1000000)")
+    held = small.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'").fetchone()[0]
+    assert held > 20 << 20                                     # the strings sit in the limit
+    assert kernels.chunk_rows(small) == max(int(95.3 * (1 << 20)) - held, int(95.3 * (1 << 20)) // 8) // 256
     assert kernels.chunk_rows(duckdb.connect(config={"memory_limit": "2GB"})) == 2_000_000
     assert kernels.chunk_rows(duckdb.connect(config={"memory_limit": "1MB"})) == 50_000
 
 
 def test_small_memory_limit_ingests_a_big_capture_in_ranges(tmp_path, monkeypatch):
-    """BR-22 kind: 300,000 kernels and 300,000 unrelated STRING_IDS rows under a 128 MB limit (was: one
-    2 M-row join range, 'failed to pin block' below ~400 MiB). The join runs in ≥ 2 ranges, every kernel lands."""
+    """BR-22 kind: 300,000 kernels and 600,000 unrelated STRING_IDS rows under a 128 MB limit (was: one
+    2 M-row join range, 'failed to pin block' below ~400 MiB). The decoded strings hold much of the limit,
+    so the join runs in ≥ 2 ranges, and every kernel lands."""
     db = tmp_path / "train" / "ascend_pytorch_profiler_0.db"
     write_big_db(db, 300_000)
     with sqlite3.connect(db) as c:
         base = c.execute("SELECT max(id) FROM STRING_IDS").fetchone()[0] + 1
-        c.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", ((base + i, f"aten::unused_string_{i}") for i in range(300_000)))
+        c.executemany("INSERT INTO STRING_IDS VALUES (?, ?)", ((base + i, f"aten::unused_string_{i}") for i in range(600_000)))
     monkeypatch.setenv(settings.MEMORY_LIMIT, "128MB")
     lake = Lake(tmp_path / "lake")
     ingest_profile(lake, "big", explicit(db, "train"), allow_missing=True, progress=False)
