@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from tilake.diagnosis.numerics import FLOAT_FORMATS, compare
+from tilake.diagnosis.numerics import CHUNK, FLOAT_FORMATS, compare
 
 CONSTANT_REL = 1e-3   # rows within this fraction of max|x| of row 0 count as identical
 CONSTANT_MIN_ROWS = 4
@@ -54,13 +54,34 @@ def downcast_check(ref: torch.Tensor, other: torch.Tensor, ref_side: str, other_
 
 
 def _constant(t: torch.Tensor) -> bool:
+    """True when every row (dim 0) is within :data:`CONSTANT_REL` of ``max|x|`` of row 0 (float32 arithmetic).
+
+    Streamed over blocks of rows, no whole-tensor float32 copy. Early exit, same answer as the full
+    pass: every ``|x_i| <= |x_0| + |x_i - x_0|``, so ``max|x| <= m0 + D`` (``m0 = max|x_0|``, ``D`` the
+    largest row deviation) and ``D <= REL * max|x|`` needs ``D <= REL * m0 / (1 - REL)``; a block whose
+    deviation already exceeds that (plus a 1e-6 margin for float32 rounding) decides False; NaN/inf
+    end in False, as before.
+    """
     if t.dim() < 2 or t.shape[0] < CONSTANT_MIN_ROWS or not t.is_floating_point():
         return False
-    x = t.reshape(t.shape[0], -1).float()
-    top = float(x.abs().max())   # NaN propagates through max, inf stays inf: one pass decides finiteness
-    if top == 0 or not math.isfinite(top):
+    x = t.reshape(t.shape[0], -1)
+    x0 = x[:1].float()
+    m0 = float(x0.abs().max())
+    limit = CONSTANT_REL * m0 / (1 - CONSTANT_REL) * (1 + 1e-6)   # margin for float32 rounding of |x_i - x_0|
+    top, dev = m0, 0.0
+    step = max(1, CHUNK // max(x.shape[1], 1))
+    for r in range(0, x.shape[0], step):
+        c = x[r:r + step].float()
+        bt = float(c.abs().max())   # NaN propagates through max, inf stays inf
+        if not math.isfinite(bt):
+            return False
+        top = max(top, bt)
+        dev = max(dev, float((c - x0).abs().max()))
+        if dev > limit:
+            return False
+    if top == 0:
         return False
-    return float((x - x[:1]).abs().max()) <= CONSTANT_REL * top
+    return dev <= CONSTANT_REL * top
 
 
 def constant_rows(tens: Dict[str, torch.Tensor]) -> Optional[Dict[str, Any]]:

@@ -76,11 +76,15 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
             start_pos = max(b.position for b in pair.boundaries if b.name in isolated)
         todo = [b for b in pair.boundaries if b.position > start_pos]
         rows = []
-        for i, b in enumerate(todo):
-            if progress:
-                progress(f"round {k}: {b.name}", i, len(todo))
-            rows.append(compare_boundary(pair, b, k))
-            gc.collect() if (i % 64 == 63) else None
+        gc.freeze()   # the objects that exist now (dump.json trees: most of the heap) are skipped by gc.collect
+        try:
+            for i, b in enumerate(todo):
+                if progress:
+                    progress(f"round {k}: {b.name}", i, len(todo))
+                rows.append(compare_boundary(pair, b, k))
+                gc.collect() if (i % 64 == 63) else None   # memory-mapped tensors caught in reference cycles
+        finally:
+            gc.unfreeze()
         for b in pair.boundaries:
             if b.position <= start_pos:
                 rows.append({"round": k, "boundary": b.name, "position": b.position, "layer": b.layer,
