@@ -165,8 +165,10 @@ def test_dense_chunk_path_gives_the_gathered_path_figures(monkeypatch, dtype):
     """A chunk where most elements differ is measured whole (numerics._dense_chunk); every figure must be
     the one the gathered-positions path gives (forced by DENSE_FRACTION > 1), and the hand-made values hold:
     70 % of the elements moved 1..3 ULP, rows 5 and 9 moved ~50 ULP (logic-level rows)."""
+    from tilake.diagnosis import fused
     from tilake.diagnosis import numerics as Nm
 
+    monkeypatch.setattr(fused, "_LIB", False)   # the torch paths (bf16 would take the C kernel)
     g = torch.Generator().manual_seed(7)
     ref = torch.randn(64, 96, generator=g).to(dtype)
     bits = {2: torch.int16, 4: torch.int32}[ref.element_size()]
@@ -191,3 +193,39 @@ def test_dense_chunk_path_gives_the_gathered_path_figures(monkeypatch, dtype):
     d64 = other.double() - ref.double()
     assert dense["max_abs_diff"] == float(d64.abs().max())
     assert dense["pos_count"] + dense["neg_count"] == dense["mismatch_count"]
+
+
+@pytest.mark.parametrize("shape,moved", [((64, 96), 0.7), ((4, 8, 300), 0.3), ((5000,), 0.001), ((3, 70000), 0.9),
+                                         ((2, 7), 1.0)])
+def test_bf16_kernel_gives_the_torch_figures(monkeypatch, shape, moved):
+    """The C kernel (diagnosis/fused.py) must give every figure of the torch path on bf16: moved elements
+    1..3 ULP (some across zero: sign flips, ±0), rows 1 and 2 moved 40 ULP; cosine equal to 1e-12 (summation
+    order). A NaN on one side makes the kernel step aside (the torch path's NONFINITE finding)."""
+    from tilake.diagnosis import fused
+
+    if fused.kernel() is None:
+        pytest.skip("no C compiler: the torch path is the only path")
+    g = torch.Generator().manual_seed(11)
+    ref = (torch.randn(shape, generator=g) * torch.rand(shape, generator=g).pow(8)).to(torch.bfloat16)
+    ref.view(-1)[:3] = torch.tensor([0.0, -0.0, 1e-30])[:ref.numel()]
+    step = torch.randint(-3, 4, shape, generator=g) * (torch.rand(shape, generator=g) < moved)
+    if len(shape) >= 2 and shape[0] > 2:
+        step[1:3] = 40
+    step.view(-1)[:2] = step.view(-1)[:2].abs()   # +0 - 1 ULP and -0 - 1 ULP would be NaN bit patterns
+    other = (ref.view(torch.int16) + step.to(torch.int16)).view(torch.bfloat16)
+    other = torch.where(other.isnan(), ref, other)   # a tiny value stepped below +0's bits is a NaN pattern
+    fast = compare(ref, other)
+    monkeypatch.setattr(fused, "_LIB", False)
+    slow = compare(ref, other)
+    keys = [ordered_bits(t.reshape(-1)) for t in (ref, other)]
+    assert fast["mismatch_count"] == int((keys[0] != keys[1]).sum()) > 0
+    for k, v in slow.items():
+        if k == "cosine":
+            assert fast[k] == pytest.approx(v, rel=1e-12, abs=1e-15)
+        else:
+            assert fast[k] == v, k
+    assert fast["status"] == "NOT_EXACT"
+    monkeypatch.setattr(fused, "_LIB", None)
+    other.view(-1)[-1] = float("nan")
+    nf = compare(ref, other)
+    assert nf["status"] == "NONFINITE" and nf["nonfinite_one_sided"] == 1
