@@ -264,7 +264,7 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     cols = torch.zeros(max(ncols, 1), dtype=torch.int64)
     fz = None   # bf16: every differing-element figure in one pass of the C kernel (fused.py), same numbers
     if floaty and ref.dtype == torch.bfloat16 and n and nrows * per_row == n and per_row % max(ncols, 1) == 0:
-        fz = fused.bf16_pair(a, b, nrows, per_row, ncols, thresh, _FOLD, row_max, col_max, rows, cols, hist)
+        fz = fused.bf16_pair(a, b, nrows, per_row, ncols, thresh, row_max, col_max, rows, cols, hist)
     if fz is not None:
         mism, max_ulp, max_ulp_sig, pos = fz["mism"], fz["max_ulp"], fz["max_ulp_sig"], fz["pos"]
         neg = mism - pos
