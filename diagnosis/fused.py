@@ -92,6 +92,35 @@ int bf16_pair(const int16_t *restrict a, const int16_t *restrict b, int64_t nrow
     f64[0] = max_abs; f64[1] = dot; f64[2] = sq;
     return 0;
 }
+
+/* Pearson moments of two bf16 arrays shifted by the means of their first `first` elements (so the one-pass
+   sums do not cancel). out[0..5]: n, sum a, sum b, sum a^2, sum b^2, sum ab (shifted). 1 = non-finite met. */
+int bf16_moments(const int16_t *restrict a, const int16_t *restrict b, int64_t n, int64_t first,
+                 double *restrict out) {
+    int bad = 0;
+    double ra = 0.0, rb = 0.0;
+    for (int64_t i = 0; i < first; i++) {
+        int32_t va = a[i], vb = b[i];
+        bad |= ((va & 0x7f80) == 0x7f80) | ((vb & 0x7f80) == 0x7f80);
+        uint32_t ba = ((uint32_t)(uint16_t)va) << 16, bb = ((uint32_t)(uint16_t)vb) << 16;
+        float fa, fb; memcpy(&fa, &ba, 4); memcpy(&fb, &bb, 4);
+        ra += fa; rb += fb;
+    }
+    if (bad) return 1;
+    double ma = first ? ra / first : 0.0, mb = first ? rb / first : 0.0;
+    double sa = 0.0, sb = 0.0, saa = 0.0, sbb = 0.0, sab = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t va = a[i], vb = b[i];
+        bad |= ((va & 0x7f80) == 0x7f80) | ((vb & 0x7f80) == 0x7f80);
+        uint32_t ba = ((uint32_t)(uint16_t)va) << 16, bb = ((uint32_t)(uint16_t)vb) << 16;
+        float fa, fb; memcpy(&fa, &ba, 4); memcpy(&fb, &bb, 4);
+        double xa = (double)fa - ma, xb = (double)fb - mb;
+        sa += xa; sb += xb; saa += xa * xa; sbb += xb * xb; sab += xa * xb;
+    }
+    if (bad) return 1;
+    out[0] = (double)n; out[1] = sa; out[2] = sb; out[3] = saa; out[4] = sbb; out[5] = sab;
+    return 0;
+}
 """
 
 _LIB: Any = None  # None: not tried yet; False: unavailable
@@ -125,6 +154,8 @@ def _build() -> Any:
     except (OSError, subprocess.SubprocessError):
         return False
     P = ctypes.c_void_p
+    lib.bf16_moments.restype = ctypes.c_int
+    lib.bf16_moments.argtypes = [P, P, ctypes.c_int64, ctypes.c_int64, P]
     lib.bf16_pair.restype = ctypes.c_int
     lib.bf16_pair.argtypes = [P, P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, P, P, P,
                               P, P, P, P]
@@ -191,3 +222,18 @@ def bf16_pair(a: Any, b: Any, nrows: int, per_row: int, ncols: int, thresh: floa
     hist += torch.tensor([l0, l1 - l0, l2 - l1, l3 - l2, 0, l5 - _l4, l6 - l5, l7 - l6, n - l7], dtype=torch.int64)
     return {"mism": v[0], "max_ulp": v[1], "max_ulp_sig": v[2], "signed": v[3:8], "pos": v[8],
             "max_abs": float(f64[0]), "dot_corr": float(f64[1]), "sq_corr": float(f64[2])}
+
+
+def bf16_moments(a: Any, b: Any, first: int) -> Optional[list]:
+    """``[n, Σa, Σb, Σa², Σb², Σab]`` of two flat contiguous bf16 tensors, each shifted by the mean of its
+    first ``first`` elements (float64 sums); None when the kernel is unavailable or a value is non-finite."""
+    import torch
+
+    lib = kernel()
+    if lib is None:
+        return None
+    out = torch.zeros(6, dtype=torch.float64)
+    if lib.bf16_moments(ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()), a.numel(),
+                        min(first, a.numel()), ctypes.c_void_p(out.data_ptr())):
+        return None
+    return out.tolist()
