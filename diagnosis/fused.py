@@ -93,6 +93,16 @@ int bf16_pair(const int16_t *restrict a, const int16_t *restrict b, int64_t nrow
     return 0;
 }
 
+/* max |x| of a bf16 array as its magnitude bits; -1 when a non-finite value is met */
+int32_t bf16_absmax(const int16_t *restrict a, int64_t n) {
+    int32_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t v = a[i] & 0x7fff;
+        m = v > m ? v : m;
+    }
+    return m >= 0x7f80 ? -1 : m;
+}
+
 /* Pearson moments of two bf16 arrays shifted by the means of their first `first` elements (so the one-pass
    sums do not cancel). out[0..5]: n, sum a, sum b, sum a^2, sum b^2, sum ab (shifted). 1 = non-finite met. */
 int bf16_moments(const int16_t *restrict a, const int16_t *restrict b, int64_t n, int64_t first,
@@ -155,6 +165,8 @@ def _build() -> Any:
         return False
     P = ctypes.c_void_p
     lib.bf16_moments.restype = ctypes.c_int
+    lib.bf16_absmax.restype = ctypes.c_int32
+    lib.bf16_absmax.argtypes = [P, ctypes.c_int64]
     lib.bf16_moments.argtypes = [P, P, ctypes.c_int64, ctypes.c_int64, P]
     lib.bf16_pair.restype = ctypes.c_int
     lib.bf16_pair.argtypes = [P, P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, P, P, P,
@@ -237,3 +249,15 @@ def bf16_moments(a: Any, b: Any, first: int) -> Optional[list]:
                         min(first, a.numel()), ctypes.c_void_p(out.data_ptr())):
         return None
     return out.tolist()
+
+
+def bf16_absmax(a: Any) -> Optional[float]:
+    """``max|a|`` of a flat contiguous bf16 tensor (exact: the largest magnitude bits); None when the
+    kernel is unavailable, the tensor is empty or holds a non-finite value."""
+    import struct
+
+    lib = kernel()
+    if lib is None or a.numel() == 0:
+        return None
+    m = lib.bf16_absmax(ctypes.c_void_p(a.data_ptr()), a.numel())
+    return None if m < 0 else struct.unpack("<f", struct.pack("<I", m << 16))[0]

@@ -232,13 +232,14 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     # pass 1: absmax of the reference over finite values (native dtype; NaN propagates → masked path)
     absmax = 0.0
     sq_ref = 0.0
+    bf_max = fused.bf16_absmax(a) if a.dtype == torch.bfloat16 else None   # None: non-finite or no kernel
     for s in range(0, n, step):
         c = a[s:s + step]
         if c.is_complex():
             c = c.abs()
         if c.dtype == torch.bool:
             c = c.to(torch.uint8)
-        m = float(_arith(c).abs().max()) if c.numel() else 0.0
+        m = bf_max if bf_max is not None else float(_arith(c).abs().max()) if c.numel() else 0.0
         if not math.isfinite(m):
             d = _f64(c)
             d = d[torch.isfinite(d)].abs()
@@ -431,7 +432,12 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _exact_result(a: torch.Tensor, ref: torch.Tensor, floaty: bool) -> Dict[str, Any]:
     n = a.numel()
     absmax, nf = 0.0, 0
-    for s in range(0, n, CHUNK):
+    bf_max = fused.bf16_absmax(a) if a.dtype == torch.bfloat16 else None   # None: non-finite or no kernel
+    if bf_max is not None:
+        absmax, n_ = bf_max, 0
+    else:
+        n_ = n
+    for s in range(0, n_, CHUNK):
         c = a[s:s + CHUNK]
         if c.numel() and c.dtype != torch.bool:
             m = float(c.abs().max().to(torch.float64))   # NaN propagates: finite ⇔ every element finite

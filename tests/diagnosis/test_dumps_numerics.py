@@ -254,3 +254,19 @@ def test_bf16_pearson_kernel_gives_the_torch_value(monkeypatch):
     slow_nan = pearson(x, y)
     monkeypatch.setattr(fused, "_LIB", None)
     assert pearson(x, y) == slow_nan and slow_nan == pytest.approx(slow, rel=1e-5)
+
+
+def test_bf16_absmax_kernel():
+    """fused.bf16_absmax = torch's max|x| on bf16 (negative largest, subnormals, -0); None on NaN/inf."""
+    from tilake.diagnosis import fused
+
+    if fused.kernel() is None:
+        pytest.skip("no C compiler: the torch path is the only path")
+    x = torch.tensor([0.5, -3.25, -0.0, 1e-40, 2.0], dtype=torch.bfloat16)
+    assert fused.bf16_absmax(x) == float(x.abs().max()) == 3.25
+    assert fused.bf16_absmax(torch.tensor([-0.0, 1e-40], dtype=torch.bfloat16)) == float(torch.tensor(1e-40, dtype=torch.bfloat16))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        assert fused.bf16_absmax(torch.tensor([1.0, bad], dtype=torch.bfloat16)) is None
+    ref = torch.tensor([[1.0, float("nan")], [2.0, -4.0]], dtype=torch.bfloat16)
+    r = compare(ref, ref.clone())   # EXACT path: NaN at the same place is equal, absmax over finite values
+    assert r["status"] == "EXACT" and r["ref_absmax"] == 4.0 and r["nonfinite_both"] == 1
