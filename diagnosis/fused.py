@@ -157,8 +157,12 @@ def _build() -> Any:
                 src = Path(tmp) / "fused.c"
                 src.write_text(_SRC)
                 out = Path(tmp) / so.name
-                subprocess.run([cc, *flags, "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
-                               check=True, capture_output=True, timeout=120)
+                try:
+                    subprocess.run([cc, *flags, "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
+                                   check=True, capture_output=True, timeout=120)
+                except subprocess.CalledProcessError:   # a compiler without -march=native (some aarch64 gcc)
+                    subprocess.run([cc, *flags[:1], *flags[2:], "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
+                                   check=True, capture_output=True, timeout=120)
                 os.replace(out, so)   # atomic: concurrent builders never load a half-written file
         lib = ctypes.CDLL(str(so))
     except (OSError, subprocess.SubprocessError):
