@@ -24,7 +24,7 @@ from tilake.diagnosis.hypotheses import hypotheses, kernel_fingerprint  # noqa: 
 from tilake.diagnosis.numerics import torch_threads
 from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights  # noqa: F401
 from tilake.diagnosis.result import Analysis, RoundInput
-from tilake.diagnosis.rounds import run_rounds
+from tilake.diagnosis.rounds import frozen_heap, run_rounds
 from tilake.diagnosis.stubs import prepare_stub_source, stub_instruction, verify_stub  # noqa: F401
 
 __all__ = ["NOT_COMPARED", "Analysis", "Pair", "RoundInput", "amplification_chain", "analyze_pair", "classify",
@@ -48,5 +48,5 @@ def analyze_pair(rounds: Sequence[RoundInput], bmap: dict, pairing: Optional[dic
     Raises:
         TilakeError: unreadable dumps (see :class:`~tilake.diagnosis.pair.Pair`).
     """
-    with torch_threads():
+    with torch_threads(), frozen_heap():
         return run_rounds(rounds, bmap, pairing, task_card, progress, logprob)
