@@ -165,8 +165,10 @@ def test_dense_chunk_path_gives_the_gathered_path_figures(monkeypatch, dtype):
     """A chunk where most elements differ is measured whole (numerics._dense_chunk); every figure must be
     the one the gathered-positions path gives (forced by DENSE_FRACTION > 1), and the hand-made values hold:
     70 % of the elements moved 1..3 ULP, rows 5 and 9 moved ~50 ULP (logic-level rows)."""
+    from tilake.diagnosis import fused
     from tilake.diagnosis import numerics as Nm
 
+    monkeypatch.setattr(fused, "_LIB", False)   # the torch paths (bf16 would take the C kernel)
     g = torch.Generator().manual_seed(7)
     ref = torch.randn(64, 96, generator=g).to(dtype)
     bits = {2: torch.int16, 4: torch.int32}[ref.element_size()]
@@ -191,3 +193,80 @@ def test_dense_chunk_path_gives_the_gathered_path_figures(monkeypatch, dtype):
     d64 = other.double() - ref.double()
     assert dense["max_abs_diff"] == float(d64.abs().max())
     assert dense["pos_count"] + dense["neg_count"] == dense["mismatch_count"]
+
+
+@pytest.mark.parametrize("shape,moved", [((64, 96), 0.7), ((4, 8, 300), 0.3), ((5000,), 0.001), ((3, 70000), 0.9),
+                                         ((2, 7), 1.0)])
+def test_bf16_kernel_gives_the_torch_figures(monkeypatch, shape, moved):
+    """The C kernel (diagnosis/fused.py) must give every figure of the torch path on bf16: moved elements
+    1..3 ULP (some across zero: sign flips, ±0), rows 1 and 2 moved 40 ULP; cosine equal to 1e-12 (summation
+    order). A NaN on one side makes the kernel step aside (the torch path's NONFINITE finding)."""
+    from tilake.diagnosis import fused
+
+    if fused.kernel() is None:
+        pytest.skip("no C compiler: the torch path is the only path")
+    g = torch.Generator().manual_seed(11)
+    ref = (torch.randn(shape, generator=g) * torch.rand(shape, generator=g).pow(8)).to(torch.bfloat16)
+    ref.view(-1)[:3] = torch.tensor([0.0, -0.0, 1e-30])[:ref.numel()]
+    step = torch.randint(-3, 4, shape, generator=g) * (torch.rand(shape, generator=g) < moved)
+    if len(shape) >= 2 and shape[0] > 2:
+        step[1:3] = 40
+    step.view(-1)[:2] = step.view(-1)[:2].abs()   # +0 - 1 ULP and -0 - 1 ULP would be NaN bit patterns
+    other = (ref.view(torch.int16) + step.to(torch.int16)).view(torch.bfloat16)
+    other = torch.where(other.isnan(), ref, other)   # a tiny value stepped below +0's bits is a NaN pattern
+    fast = compare(ref, other)
+    monkeypatch.setattr(fused, "_LIB", False)
+    slow = compare(ref, other)
+    keys = [ordered_bits(t.reshape(-1)) for t in (ref, other)]
+    assert fast["mismatch_count"] == int((keys[0] != keys[1]).sum()) > 0
+    for k, v in slow.items():
+        if k == "cosine":
+            assert fast[k] == pytest.approx(v, rel=1e-12, abs=1e-15)
+        else:
+            assert fast[k] == v, k
+    assert fast["status"] == "NOT_EXACT"
+    monkeypatch.setattr(fused, "_LIB", None)
+    other.view(-1)[-1] = float("nan")
+    nf = compare(ref, other)
+    assert nf["status"] == "NONFINITE" and nf["nonfinite_one_sided"] == 1
+
+
+def test_bf16_pearson_kernel_gives_the_torch_value(monkeypatch):
+    """The layout scan's Pearson r on bf16 (C kernel, fused.bf16_moments) and the streamed torch value both
+    equal an exactly summed (math.fsum, centred) r to 1e-11 (summation order) on a 3 Mi-element pair (more than one torch chunk) with an offset mean; a NaN
+    sends it back to the torch path (finite pairs only)."""
+    from tilake.diagnosis import fused
+    from tilake.diagnosis.localise import pearson
+
+    if fused.kernel() is None:
+        pytest.skip("no C compiler: the torch path is the only path")
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(3 << 20, generator=g) + 5.0).to(torch.bfloat16)
+    y = (x.float() + 0.3 * torch.randn(3 << 20, generator=g)).to(torch.bfloat16)
+    fast = pearson(x, y)
+    monkeypatch.setattr(fused, "_LIB", False)
+    slow = pearson(x, y)
+    ca, cb = x.double() - x.double().mean(), y.double() - y.double().mean()
+    exact = math.fsum((ca * cb).tolist()) / math.sqrt(math.fsum((ca * ca).tolist()) * math.fsum((cb * cb).tolist()))
+    assert 0.9 < exact < 0.999
+    assert fast == pytest.approx(exact, rel=1e-11) and slow == pytest.approx(exact, rel=1e-11)
+    y[10] = float("nan")
+    slow_nan = pearson(x, y)
+    monkeypatch.setattr(fused, "_LIB", None)
+    assert pearson(x, y) == slow_nan and slow_nan == pytest.approx(slow, rel=1e-5)
+
+
+def test_bf16_absmax_kernel():
+    """fused.bf16_absmax = torch's max|x| on bf16 (negative largest, subnormals, -0); None on NaN/inf."""
+    from tilake.diagnosis import fused
+
+    if fused.kernel() is None:
+        pytest.skip("no C compiler: the torch path is the only path")
+    x = torch.tensor([0.5, -3.25, -0.0, 1e-40, 2.0], dtype=torch.bfloat16)
+    assert fused.bf16_absmax(x) == float(x.abs().max()) == 3.25
+    assert fused.bf16_absmax(torch.tensor([-0.0, 1e-40], dtype=torch.bfloat16)) == float(torch.tensor(1e-40, dtype=torch.bfloat16))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        assert fused.bf16_absmax(torch.tensor([1.0, bad], dtype=torch.bfloat16)) is None
+    ref = torch.tensor([[1.0, float("nan")], [2.0, -4.0]], dtype=torch.bfloat16)
+    r = compare(ref, ref.clone())   # EXACT path: NaN at the same place is equal, absmax over finite values
+    assert r["status"] == "EXACT" and r["ref_absmax"] == 4.0 and r["nonfinite_both"] == 1
