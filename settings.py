@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Mapping, Optional
 
 from tilake.errors import TilakeError
@@ -47,6 +48,12 @@ DBT_PROGRESS_LEVELS = ("quiet", "normal", "verbose")
 # a folder of seed CSVs (op_catalog, grading_rules, recommendations, ...) that extend or override the
 # shipped ones (tilake.lake.rules); --rules DIR sets it; default <lake>/rules/ when that exists
 RULES = "TILAKE_RULES"
+
+# the bf16 comparison kernel of dump analysis (diagnosis/fused.py, built on first use with the C compiler
+# $CC / cc): "0" turns it off (the torch path gives the same figures, slower); built objects are cached in
+# $TILAKE_CACHE, default $XDG_CACHE_HOME/tilake or ~/.cache/tilake
+FUSED = "TILAKE_FUSED"
+CACHE = "TILAKE_CACHE"
 
 # stdout markers of the NPU seam's child script (not environment variables, see the module docstring)
 PROBE_MARKER = "TILAKE_PROBE"
@@ -140,3 +147,25 @@ def rules_path(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """``$TILAKE_RULES`` if set and not empty, else None (a path string, not resolved)."""
     env = os.environ if env is None else env
     return env.get(RULES) or None
+
+
+def fused_enabled(env: Optional[Mapping[str, str]] = None) -> bool:
+    """False when ``$TILAKE_FUSED`` is ``0`` (the dump comparison then runs on the torch path only)."""
+    env = os.environ if env is None else env
+    return (env.get(FUSED) or "1").strip() != "0"
+
+
+def cache_dir(env: Optional[Mapping[str, str]] = None) -> Path:
+    """``$TILAKE_CACHE``, else ``$XDG_CACHE_HOME/tilake``, else ``~/.cache/tilake`` (not created here)."""
+    env = os.environ if env is None else env
+    if env.get(CACHE):
+        return Path(env[CACHE])
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilake"
+
+
+def c_compiler(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``$CC``, else ``cc`` or ``gcc`` on PATH; None when there is none."""
+    import shutil
+
+    env = os.environ if env is None else env
+    return env.get("CC") or shutil.which("cc") or shutil.which("gcc")

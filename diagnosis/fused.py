@@ -7,7 +7,7 @@ the same as the torch path's: integer counts and sums are exact, ``max|Δ|`` and
 per-column maxima are the same float64 operations; only the cosine's float64 corrections are summed
 in another order (equal to ~1e-15 relative). ``TILAKE_FUSED=0`` turns the kernel off; without a C
 compiler (``$CC``, else ``cc``) the torch path runs. The shared object is cached in
-``$TILAKE_CACHE`` (default ``~/.cache/tilake``) under the hash of its source.
+``$TILAKE_CACHE`` (default ``$XDG_CACHE_HOME/tilake`` or ``~/.cache/tilake``, :func:`tilake.settings.cache_dir`) under the hash of its source.
 
 bf16 facts: the top 16 bits of an IEEE float32 (so ``bits << 16`` is the float32 value); the
 ordered key of a finite value is ``v`` for ``v >= 0`` and ``-(v & 0x7fff)`` otherwise (sign-magnitude,
@@ -19,11 +19,12 @@ import ctypes
 import hashlib
 import os
 import platform
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
+
+from tilake import settings
 
 _SRC = r"""
 #include <stdint.h>
@@ -103,6 +104,25 @@ int32_t bf16_absmax(const int16_t *restrict a, int64_t n) {
     return m >= 0x7f80 ? -1 : m;
 }
 
+/* bitwise equality of two bf16 arrays fused with the magnitude maximum of the first: -2 when they differ
+   (stops at the first differing block of 4096), -1 when equal but a non-finite value is met, else the
+   largest magnitude bits. One read of each array instead of an equality pass plus an absmax pass. */
+int32_t bf16_equal_absmax(const int16_t *restrict a, const int16_t *restrict b, int64_t n) {
+    int32_t m = 0;
+    for (int64_t s = 0; s < n; s += 4096) {
+        int64_t e = s + 4096 < n ? s + 4096 : n;
+        int32_t diff = 0;
+        for (int64_t i = s; i < e; i++) {
+            int32_t va = a[i];
+            diff |= va ^ b[i];
+            int32_t v = va & 0x7fff;
+            m = v > m ? v : m;
+        }
+        if (diff) return -2;
+    }
+    return m >= 0x7f80 ? -1 : m;
+}
+
 /* Pearson moments of two bf16 arrays shifted by the means of their first `first` elements (so the one-pass
    sums do not cancel). out[0..5]: n, sum a, sum b, sum a^2, sum b^2, sum ab (shifted). 1 = non-finite met. */
 int bf16_moments(const int16_t *restrict a, const int16_t *restrict b, int64_t n, int64_t first,
@@ -138,9 +158,9 @@ _LIB: Any = None  # None: not tried yet; False: unavailable
 
 def _build() -> Any:
     """Compile (once, cached by source hash) and load the kernel; False when no compiler works."""
-    if os.environ.get("TILAKE_FUSED", "1") == "0":
+    if not settings.fused_enabled():
         return False
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    cc = settings.c_compiler()
     if not cc:
         return False
     # -march=native: the cached object is only reused on a CPU with the same feature flags
@@ -148,7 +168,7 @@ def _build() -> Any:
              "-ffinite-math-only"]
     cpu = next((ln for ln in _cpuinfo() if ln.startswith(("flags", "Features"))), platform.machine())
     key = hashlib.sha256((_SRC + cc + " ".join(flags) + cpu).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("TILAKE_CACHE") or Path.home() / ".cache" / "tilake")
+    cache = settings.cache_dir()
     so = cache / f"fused_{key}.so"
     try:
         if not so.is_file():
@@ -172,6 +192,8 @@ def _build() -> Any:
     lib.bf16_absmax.restype = ctypes.c_int32
     lib.bf16_absmax.argtypes = [P, ctypes.c_int64]
     lib.bf16_moments.argtypes = [P, P, ctypes.c_int64, ctypes.c_int64, P]
+    lib.bf16_equal_absmax.restype = ctypes.c_int32
+    lib.bf16_equal_absmax.argtypes = [P, P, ctypes.c_int64]
     lib.bf16_pair.restype = ctypes.c_int
     lib.bf16_pair.argtypes = [P, P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, P, P, P,
                               P, P, P, P]
@@ -265,3 +287,19 @@ def bf16_absmax(a: Any) -> Optional[float]:
         return None
     m = lib.bf16_absmax(ctypes.c_void_p(a.data_ptr()), a.numel())
     return None if m < 0 else struct.unpack("<f", struct.pack("<I", m << 16))[0]
+
+
+def bf16_equal_absmax(a: Any, b: Any) -> Optional[tuple]:
+    """``(equal, max|a|)`` of two flat contiguous bf16 tensors in one read of each: ``(False, None)`` when
+    their bits differ anywhere, ``(True, absmax)`` when equal (absmax exact: the largest magnitude bits).
+    None when the kernel is unavailable, a tensor is empty, or they are equal but hold a non-finite value
+    (the caller's torch path then counts the non-finite values)."""
+    import struct
+
+    lib = kernel()
+    if lib is None or a.numel() == 0:
+        return None
+    m = lib.bf16_equal_absmax(ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()), a.numel())
+    if m == -2:
+        return False, None
+    return None if m < 0 else (True, struct.unpack("<f", struct.pack("<I", m << 16))[0])

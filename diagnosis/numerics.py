@@ -219,8 +219,21 @@ def compare(ref: torch.Tensor, other: torch.Tensor, significant_fraction: float 
     n = a.numel()
     same_dtype = ref.dtype == other.dtype
     floaty = is_float(ref.dtype) and same_dtype
+    if same_dtype and a.dtype == torch.bfloat16:
+        fast = fused.bf16_equal_absmax(a, b)   # one read of each side (None: no kernel / empty / non-finite)
+        if fast is not None and fast[0]:
+            return _exact_result(a, ref, floaty, absmax=fast[1])
+        if fast is not None:   # the bits differ somewhere: straight to the ULP figures
+            return _compare_differing(a, b, ref, n, floaty, significant_fraction, bound)
     if same_dtype and not a.is_complex() and _bitwise_equal(a, b):
         return _exact_result(a, ref, floaty)
+    return _compare_differing(a, b, ref, n, floaty, significant_fraction, bound)
+
+
+def _compare_differing(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, n: int, floaty: bool,
+                       significant_fraction: float, bound: float) -> Dict[str, Any]:
+    """:func:`compare` of two flat tensors whose bits differ (or whose dtypes do)."""
+    same_dtype = ref.dtype == b.dtype
     if ref.dim() >= 2:
         nrows, ncols = ref.shape[0], ref.shape[-1]
     else:
@@ -429,10 +442,11 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return True
 
 
-def _exact_result(a: torch.Tensor, ref: torch.Tensor, floaty: bool) -> Dict[str, Any]:
+def _exact_result(a: torch.Tensor, ref: torch.Tensor, floaty: bool, absmax: Optional[float] = None) -> Dict[str, Any]:
     n = a.numel()
-    absmax, nf = 0.0, 0
-    bf_max = fused.bf16_absmax(a) if a.dtype == torch.bfloat16 else None   # None: non-finite or no kernel
+    nf = 0
+    bf_max = absmax if absmax is not None else fused.bf16_absmax(a) if a.dtype == torch.bfloat16 else None
+    absmax = 0.0
     if bf_max is not None:
         absmax, n_ = bf_max, 0
     else:

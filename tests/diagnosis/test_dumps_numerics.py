@@ -270,3 +270,38 @@ def test_bf16_absmax_kernel():
     ref = torch.tensor([[1.0, float("nan")], [2.0, -4.0]], dtype=torch.bfloat16)
     r = compare(ref, ref.clone())   # EXACT path: NaN at the same place is equal, absmax over finite values
     assert r["status"] == "EXACT" and r["ref_absmax"] == 4.0 and r["nonfinite_both"] == 1
+
+
+def test_bf16_equal_absmax_kernel(monkeypatch):
+    """fused.bf16_equal_absmax: one read of each side gives the EXACT gate and max|ref|; compare() then
+    returns what the torch path returns (equality by bits, absmax exact), for equal and differing pairs."""
+    from tilake.diagnosis import fused
+
+    if fused.kernel() is None:
+        pytest.skip("no C compiler: the torch path runs (tested above)")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5000, 64, generator=g).to(torch.bfloat16).reshape(-1)
+    y = x.clone()
+    assert fused.bf16_equal_absmax(x, y) == (True, float(x.abs().max()))
+    y[-1] = -y[-1] - 1
+    assert fused.bf16_equal_absmax(x, y) == (False, None)          # the last block differs
+    z = torch.tensor([-0.0, 1.0], dtype=torch.bfloat16)
+    assert fused.bf16_equal_absmax(z, torch.tensor([0.0, 1.0], dtype=torch.bfloat16)) == (False, None)  # bits
+    nan = torch.tensor([1.0, float("nan")], dtype=torch.bfloat16)
+    assert fused.bf16_equal_absmax(nan, nan.clone()) is None        # equal but non-finite: torch path counts
+    ref, other = x.reshape(5000, 64), x.reshape(5000, 64).clone()
+    other[17, 5] = -other[17, 5] - 1
+    got = [compare(ref, ref.clone()), compare(ref, other), compare(nan, nan.clone())]
+    monkeypatch.setattr(fused, "_LIB", False)
+    want = [compare(ref, ref.clone()), compare(ref, other), compare(nan, nan.clone())]
+    monkeypatch.setattr(fused, "_LIB", None)
+    assert got[0]["status"] == "EXACT" and got[0]["ref_absmax"] == float(x.abs().max())
+    assert got[1]["status"] == "NOT_EXACT" and got[1]["mismatch_count"] == 1 and got[1]["logic_rows"] == [17]
+    assert got[2]["status"] == "EXACT" and got[2]["nonfinite_both"] == 1
+    for g_, w_ in zip(got, want):
+        assert set(g_) == set(w_)
+        for k in g_:
+            if k == "cosine" and g_[k] is not None:
+                assert g_[k] == pytest.approx(w_[k], rel=1e-12)
+            else:
+                assert g_[k] == w_[k], k
