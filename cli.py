@@ -173,7 +173,7 @@ PROFILE_OPTIONS = [
                  help="Record sides without device evidence as evidence_missing instead of failing."),
     click.option("--memory-limit", envvar=settings.MEMORY_LIMIT, show_envvar=True, expose_value=False,
                  callback=lambda c, p, v: v and settings.set_memory_limit(v, c.get_parameter_source(p.name).name == "ENVIRONMENT"),
-                 help="DuckDB memory limit per ingest process, e.g. 2GB (default: RAM/4, 256MiB..2GiB)."),
+                 help="DuckDB memory limit, e.g. 2GB (default: RAM/4, <= 256MiB per core, 256MiB..8GiB)."),
 ]
 
 
