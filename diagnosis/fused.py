@@ -172,19 +172,13 @@ def _build() -> Any:
     so = cache / f"fused_{key}.so"
     try:
         if not so.is_file():
-            cache.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=cache) as tmp:
-                src = Path(tmp) / "fused.c"
-                src.write_text(_SRC)
-                out = Path(tmp) / so.name
-                try:
-                    subprocess.run([cc, *flags, "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
-                                   check=True, capture_output=True, timeout=120)
-                except subprocess.CalledProcessError:   # a compiler without -march=native (some aarch64 gcc)
-                    subprocess.run([cc, *flags[:1], *flags[2:], "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
-                                   check=True, capture_output=True, timeout=120)
-                os.replace(out, so)   # atomic: concurrent builders never load a half-written file
-        lib = ctypes.CDLL(str(so))
+            _compile(cc, flags, so)
+        try:
+            lib = ctypes.CDLL(str(so))
+        except OSError:   # a cached object that does not load (cut short, copied from another host): rebuild once
+            so.unlink(missing_ok=True)
+            _compile(cc, flags, so)
+            lib = ctypes.CDLL(str(so))
     except (OSError, subprocess.SubprocessError):
         return False
     P = ctypes.c_void_p
@@ -198,6 +192,22 @@ def _build() -> Any:
     lib.bf16_pair.argtypes = [P, P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, P, P, P,
                               P, P, P, P]
     return lib
+
+
+def _compile(cc: str, flags: list, so: Path) -> None:
+    """Build ``so`` from :data:`_SRC` in a temp folder beside it, then move it in place atomically."""
+    so.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
+        src = Path(tmp) / "fused.c"
+        src.write_text(_SRC)
+        out = Path(tmp) / so.name
+        try:
+            subprocess.run([cc, *flags, "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
+                           check=True, capture_output=True, timeout=120)
+        except subprocess.CalledProcessError:   # a compiler without -march=native (some aarch64 gcc)
+            subprocess.run([cc, *flags[:1], *flags[2:], "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
+                           check=True, capture_output=True, timeout=120)
+        os.replace(out, so)   # atomic: concurrent builders never load a half-written file
 
 
 def _cpuinfo() -> list:

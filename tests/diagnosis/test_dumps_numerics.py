@@ -305,3 +305,26 @@ def test_bf16_equal_absmax_kernel(monkeypatch):
                 assert g_[k] == pytest.approx(w_[k], rel=1e-12)
             else:
                 assert g_[k] == w_[k], k
+
+
+def test_fused_kernel_cache_rebuilt_and_fallbacks(tmp_path):
+    """A cached kernel object that does not load (cut short) is rebuilt once; no compiler or an unwritable
+    cache folder means the torch path (kernel() is None), never an error. Separate processes: a loaded
+    shared object must not be overwritten under the process that mapped it."""
+    import subprocess
+    import sys
+
+    from tilake.diagnosis import fused
+
+    if fused.kernel() is None:
+        pytest.skip("no C compiler here")
+    probe = "from tilake.diagnosis import fused; print(fused.kernel() is not None)"
+    env = {**__import__("os").environ, "TILAKE_CACHE": str(tmp_path / "c")}
+    run = lambda e: subprocess.run([sys.executable, "-c", probe], env=e, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    assert run(env) == "True"
+    (so,) = list((tmp_path / "c").glob("fused_*.so"))
+    so.write_bytes(b"cut short")
+    assert run(env) == "True" and so.stat().st_size > 1000
+    assert run({**env, "CC": "/bin/false", "TILAKE_CACHE": str(tmp_path / "d")}) == "False"
+    assert run({**env, "TILAKE_CACHE": "/proc/tilake-no-such/cache"}) == "False"
+    assert run({**env, "TILAKE_FUSED": "0"}) == "False"
