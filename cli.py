@@ -107,7 +107,7 @@ class _Group(click.Group):
 
     def invoke(self, ctx):
         from tilake.reports.run_console import quiet_broken_pipe   # `tilake … | head`: exit 0 quietly
-        from tilake.pipeline.failures import error_line
+        from tilake.pipeline.failures import error_line, sigterm_as_interrupt; sigterm_as_interrupt()  # noqa: E702
         try:
             with quiet_broken_pipe():
                 return super().invoke(ctx)

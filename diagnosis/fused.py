@@ -19,6 +19,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -195,17 +196,17 @@ def _build() -> Any:
 
 
 def _compile(cc: str, flags: list, so: Path) -> None:
-    """Build ``so`` from :data:`_SRC` in a temp folder beside it, then move it in place atomically."""
+    """Build (``cc`` may carry arguments, as ``$CC`` often does: ``gcc -O2``) ``so`` from :data:`_SRC` in a temp folder beside it, then move it in place atomically."""
     so.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
         src = Path(tmp) / "fused.c"
         src.write_text(_SRC)
         out = Path(tmp) / so.name
         try:
-            subprocess.run([cc, *flags, "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
+            subprocess.run([*shlex.split(cc), *flags, "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
                            check=True, capture_output=True, timeout=120)
         except subprocess.CalledProcessError:   # a compiler without -march=native (some aarch64 gcc)
-            subprocess.run([cc, *flags[:1], *flags[2:], "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
+            subprocess.run([*shlex.split(cc), *flags[:1], *flags[2:], "-fPIC", "-shared", "-o", str(out), str(src), "-lm"],
                            check=True, capture_output=True, timeout=120)
         os.replace(out, so)   # atomic: concurrent builders never load a half-written file
 

@@ -5,6 +5,7 @@ single place that turns an exception into that line, so ``cli.py`` stays a thin 
 """
 from __future__ import annotations
 
+import signal
 from typing import Optional
 
 from tilake import settings
@@ -34,3 +35,15 @@ def error_line(exc: BaseException, command: Optional[str] = None) -> Optional[st
         return (f"DuckDB ran out of memory under the limit {settings.memory_limit()} ({first}); "
                 f"raise it with --memory-limit or {settings.MEMORY_LIMIT} (e.g. 2GB); the lake is unchanged")
     return None
+
+
+def sigterm_as_interrupt() -> None:
+    """Treat SIGTERM (``timeout``, ``kill``, job schedulers) like Ctrl-C: the command stops through the same
+    path, so staging files and spill folders are removed and one line says the lake is unchanged.
+    Only from the main thread (where the CLI runs); elsewhere nothing changes."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:   # not the main thread
+        pass

@@ -272,6 +272,8 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
     except Exception as exc:  # duckdb errors on malformed pages or mismatched types
         if type(exc).__name__ == "InterruptException" or str(exc).startswith("Query interrupted"):
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
+        if type(exc).__name__ == "OutOfMemoryException":
+            raise   # the CLI's one line names the memory limit and how to raise it (pipeline/failures.py)
         better = explain(exc, db, shown)
         if better is not None:
             raise better from exc
