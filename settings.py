@@ -88,12 +88,16 @@ def default_memory_limit() -> str:
         total_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
     except (ValueError, OSError, AttributeError):  # no sysconf (Windows): the upper bound
         total_mib = 4 * MEMORY_LIMIT_MAX_MIB
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    mib = min(total_mib // 4, MEMORY_PER_CORE_MIB * cores)
+    mib = min(total_mib // 4, MEMORY_PER_CORE_MIB * cores())
     return f"{max(MEMORY_LIMIT_MIN_MIB, min(MEMORY_LIMIT_MAX_MIB, mib))}MiB"
+
+
+def cores() -> int:
+    """CPU cores this process may run on (``sched_getaffinity``; ``os.cpu_count()`` off Linux)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def size_bytes(value: str) -> Optional[int]:
@@ -158,8 +162,12 @@ def fused_enabled(env: Optional[Mapping[str, str]] = None) -> bool:
 def cache_dir(env: Optional[Mapping[str, str]] = None) -> Path:
     """``$TILAKE_CACHE``, else ``$XDG_CACHE_HOME/tilake``, else ``~/.cache/tilake`` (not created here)."""
     env = os.environ if env is None else env
-    if env.get(CACHE):
-        return Path(env[CACHE])
+    return Path(env[CACHE]) if env.get(CACHE) else user_cache_dir(env)
+
+
+def user_cache_dir(env: Optional[Mapping[str, str]] = None) -> Path:
+    """``$XDG_CACHE_HOME/tilake``, else ``~/.cache/tilake`` (not created here)."""
+    env = os.environ if env is None else env
     return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilake"
 
 

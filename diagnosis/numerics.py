@@ -445,12 +445,10 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _exact_result(a: torch.Tensor, ref: torch.Tensor, floaty: bool, absmax: Optional[float] = None) -> Dict[str, Any]:
     n = a.numel()
     nf = 0
-    bf_max = absmax if absmax is not None else fused.bf16_absmax(a) if a.dtype == torch.bfloat16 else None
-    absmax = 0.0
-    if bf_max is not None:
-        absmax, n_ = bf_max, 0
-    else:
-        n_ = n
+    if absmax is None and a.dtype == torch.bfloat16:
+        absmax = fused.bf16_absmax(a)   # None: non-finite or no kernel
+    n_ = 0 if absmax is not None else n   # the chunk loop only without an exact kernel maximum
+    absmax = absmax or 0.0
     for s in range(0, n_, CHUNK):
         c = a[s:s + CHUNK]
         if c.numel() and c.dtype != torch.bool:

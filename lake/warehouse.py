@@ -86,7 +86,7 @@ def dbt_lake_root(root: Path) -> Path:
     text = str(root)
     if _SAFE_PATH.match(text):
         return root
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilake" / "lake-links"
+    cache = settings.user_cache_dir() / "lake-links"
     for base in (cache, Path(tempfile.gettempdir()) / "tilake-lake-links"):
         if not _SAFE_PATH.match(str(base)):
             continue

@@ -19,6 +19,7 @@ memory:
 """
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Dict, List
 
@@ -49,15 +50,17 @@ ENUM_COLUMNS = frozenset({"capture_id", "source_kind", "kernel_name", "op_type",
 
 
 class KernelStrings:
-    """Decoders for one capture's kernel string columns; names carry ``tag`` (unique per connection).
+    """Decoders for one capture's kernel string columns; the temp names carry a tag unique in the process.
 
     After :meth:`build`, ``expr["<alias>.<field>"]`` is the SQL expression of a decoded string over the
     dumped row ``b`` (the kernel query's CTE) and ``joins`` the LEFT JOIN clauses it needs (only for
     columns whose ids span more than :data:`LUT_MAX_SPAN`). :meth:`drop` removes every object made.
     """
 
-    def __init__(self, tag: str):
-        self.tag = tag
+    _tags = itertools.count()
+
+    def __init__(self):
+        self.tag = f"_kx{next(self._tags)}"
         self.expr: Dict[str, str] = {}
         self.joins = ""
         self._undo: List[str] = []

@@ -14,7 +14,6 @@ in the temp table ``sid`` and the task-connection → host-op map in ``conn_host
 """
 from __future__ import annotations
 
-import itertools
 import shutil
 from pathlib import Path
 from typing import Dict, List
@@ -49,7 +48,6 @@ def sid_value(alias: "str | None", field: str = "value") -> str:
     return f"{alias}.{field}" if alias else "NULL"
 
 
-_TAGS = itertools.count()
 KERNEL_CHUNK_ROWS = 2_000_000
 """Most COMPUTE_TASK_INFO rows per TASK ⋈ COMPUTE_TASK_INFO hash join (its table then fits in memory)."""
 
@@ -168,11 +166,10 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
         strings = {"kernel_name": "name", "raw_op": "opType", "accel": "taskType", "i_sh": "inputShapes",
                    "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
                    "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
-        tag = f"_kx{next(_TAGS)}"
         base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
         dump = writer.staging / f"_dump_{capture_id}"
         dump.mkdir(parents=True, exist_ok=True)
-        dec = KernelStrings(tag)
+        dec = KernelStrings()
         try:
             queries = {
                 "task": ("SELECT t.globalTaskId, t.deviceId, t.streamId, t.taskId, t.startNs, t.endNs, "

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -319,13 +318,6 @@ class _WorkerWriter(RunWriter):
         return self._con
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
 def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], bar, task,
                   workers: Optional[int]) -> List[CaptureResult]:
     """Ingest ``captures`` (``rows[i]`` is the captures row of ``captures[i]``); results in input order.
@@ -340,7 +332,7 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
     def say_for(cap):
         return lambda text: bar.update(task, description=f"{cap.side} rank {cap.rank}: {text}")
 
-    n = max(1, min(workers or _workers_for(settings.memory_limit(), _cores()), len(captures)))
+    n = max(1, min(workers or _workers_for(settings.memory_limit(), settings.cores()), len(captures)))
     if any(c.kind == "trace" for c in captures):  # torch-trace ingest sets the spill folder of its connection
         n = 1                                       # to one shared staging/spill: one at a time
     results: List[Optional[CaptureResult]] = [None] * len(captures)
@@ -349,7 +341,7 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
             results[i] = _run_one(cap, w, rows[i], say_for(cap))
             bar.advance(task)
         return results
-    memory, threads = _share_of(settings.memory_limit(), n), max(1, _cores() // n)
+    memory, threads = _share_of(settings.memory_limit(), n), max(1, settings.cores() // n)
     pool = [_WorkerWriter(w, k, memory, threads) for k in range(n)]
     free = list(pool)
     lock = threading.Lock()
