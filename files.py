@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import uuid
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
@@ -47,6 +48,32 @@ def check_out_dir(out_dir: Path, lake_root: Optional[PathLike] = None) -> Path:
     return out_dir
 
 
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def check_regular_target(path: PathLike) -> Path:
+    """Refuse an output path that exists and is not a regular file; returns ``path``.
+
+    Every output is written by a temp file and a rename, and ``rename(2)`` would swap a FIFO or a
+    device node (``/dev/full``, ``/dev/null``) for a regular file. A missing path, a regular file or
+    a symlink to one passes (``os.stat`` follows links; the rename replaces the link).
+
+    Raises:
+        TilakeError: ``path`` is a FIFO, device, socket or folder (named in the message).
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return path   # missing (or unreadable: the write itself says why)
+    for test, kind in _KINDS:
+        if test(mode):
+            raise TilakeError(f"output is {kind}, not a regular file; give a file path (tilake writes "
+                              "outputs by a temp file and a rename and never replaces special files)", path=path)
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(target: PathLike, prefix: str = ".", suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temp path beside ``target``; on a clean exit it replaces ``target`` (``os.replace``).
@@ -57,9 +84,10 @@ def atomic_path(target: PathLike, prefix: str = ".", suffix: str = ".tmp") -> It
     leaves no file at the temp path, the temp file is deleted and ``target`` is untouched.
 
     Raises:
+        TilakeError: ``target`` exists and is not a regular file (:func:`check_regular_target`).
         whatever the block raises; OSError from the rename.
     """
-    target = Path(target)
+    target = check_regular_target(target)
     tmp = target.with_name(f"{prefix}{target.name}.{uuid.uuid4().hex[:8]}{suffix}")
     try:
         yield tmp

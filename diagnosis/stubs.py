@@ -9,6 +9,7 @@ from tilake.diagnosis import selectors as S
 from tilake.diagnosis.pair import Pair
 from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
+from tilake.files import atomic_path
 
 
 def stub_instruction(pair: Pair, rows: List[dict], point: dict, round_no: int,
@@ -103,7 +104,8 @@ def prepare_stub_source(pair: Pair, instruction: dict, out_dir: Path) -> List[Pa
         res = S.resolve(pair.views[source], m["source_selector"], source)
         t, _notes = materialise(pair.views[source], res, pair.dims, dict(pair.pairing))
         p = d / m["target_file"]
-        torch.save(t.contiguous().clone(), str(p))
+        with atomic_path(p) as tmp:   # never replaces a FIFO/device named like the target
+            torch.save(t.contiguous().clone(), str(tmp))
         written.append(p)
     return written
 

@@ -35,6 +35,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import duckdb
 
 from tilake.lake import schema
+from tilake.files import check_regular_target
 from tilake.lake.duck import connect_private, sql_str
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake, raw_source
@@ -260,6 +261,7 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
         raise TilakeError("refusing to write query output inside the lake folder", path=output)
     if output.is_dir():
         raise TilakeError("--output is a folder; give a file name", path=output)
+    check_regular_target(output)
     tmp = output.with_name(f".{output.name}.tmp")
     con = open_readonly(lake, sql, allow_external_access, allowed_paths=[tmp])
     try:

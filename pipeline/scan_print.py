@@ -5,7 +5,6 @@ Everything here only renders what :mod:`tilake.pipeline.scan` decided; nothing i
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tilake.files import atomic_write_text
 from tilake.ingest.scan.collect import HOST_FALLBACK_LABEL, Stage3
 from tilake.ingest.scan.env import Check
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript
@@ -180,9 +180,6 @@ def write_skipped_report(st: Stage3, out_dir: Path, run_id: str, meta: Dict[str,
                                 "on the Ascend host"))
     L.append("")
     path = out_dir / "train_infer_op_diff_report.md"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(L), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(path, "\n".join(L))
 
 

@@ -20,8 +20,9 @@ from typing import Any, Dict, List, Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from tilake.files import atomic_write_bytes
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
-from tilake.reports.tables import atomic_write, evidence_words, grade_label, row_key, side_op_records
+from tilake.reports.tables import evidence_words, grade_label, row_key, side_op_records
 
 REPORT_NAME = "train_infer_op_diff_report.html"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -73,4 +74,4 @@ def write_html(facts: Dict[str, Any], out_dir: Path, records: List[Dict[str, Any
     Args: as :func:`render_html`; ``chart`` is the ``op_diff_overview.png`` to embed (skipped when absent).
     """
     png = Path(chart).read_bytes() if chart and Path(chart).is_file() else None
-    return atomic_write(Path(out_dir) / REPORT_NAME, render_html(facts, records, grades, lang, png).encode("utf-8"))
+    return atomic_write_bytes(Path(out_dir) / REPORT_NAME, render_html(facts, records, grades, lang, png).encode("utf-8"))

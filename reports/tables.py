@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
+from tilake.files import atomic_write_bytes
 from tilake.lake.duck import connect
+from tilake.reports.escape import csv_cell
 
 QUERIES = Path(__file__).resolve().parent / "queries"
 
@@ -236,23 +237,17 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def atomic_write(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temp file and a rename (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
-
-
 def write_csv_rows(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> Path:
-    """UTF-8 CSV with BOM (Excel opens CJK text right); numbers unquoted, ``None`` as an empty cell."""
+    """UTF-8 CSV with BOM (Excel opens CJK text right); numbers unquoted, ``None`` as an empty cell.
+
+    Text cells a spreadsheet would run as a formula get a leading ``'`` (:func:`csv_cell`).
+    """
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
     for row in rows:
-        w.writerow(["" if v is None else _cell(v) for v in row])
-    return atomic_write(Path(path), b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
+        w.writerow(["" if v is None else csv_cell(_cell(v)) for v in row])
+    return atomic_write_bytes(Path(path), b"\xef\xbb\xbf" + buf.getvalue().encode("utf-8"))
 
 
 def write_xlsx(path: Path, sheets: Sequence[Dict[str, Any]]) -> Path:
@@ -262,7 +257,9 @@ def write_xlsx(path: Path, sheets: Sequence[Dict[str, Any]]) -> Path:
         sheets: ``{"title", "header": [str], "rows": [[value]], "fills": [hex or None per row],
             "fill_col": column index coloured (default: the whole row), "percent_cols": [index]}``.
     Each sheet gets a bold frozen header row, an autofilter over its range and column widths from
-    the longest cell (capped at 60 characters).
+    the longest cell (capped at 60 characters). Every text cell is stored as text (``t="inlineStr"``,
+    with Excel's quote prefix): openpyxl would otherwise store a value starting with ``=`` (a kernel
+    or op name from a profiler DB or a torch trace) as a live formula such as ``=HYPERLINK(…)``.
     """
     from openpyxl import Workbook
     from openpyxl.styles import Font, PatternFill
@@ -273,11 +270,13 @@ def write_xlsx(path: Path, sheets: Sequence[Dict[str, Any]]) -> Path:
     for sh in sheets:
         ws = wb.create_sheet(sh["title"][:31])
         ws.append(list(sh["header"]))
+        _as_text(ws[1])
         for c in ws[1]:
             c.font = Font(bold=True)
         fills = sh.get("fills") or []
         for n, row in enumerate(sh["rows"]):
             ws.append(["" if v is None else _cell(v) for v in row])
+            _as_text(ws[n + 2])
             colour = fills[n] if n < len(fills) else None
             if colour:
                 fill = PatternFill("solid", start_color=colour, end_color=colour)
@@ -294,7 +293,17 @@ def write_xlsx(path: Path, sheets: Sequence[Dict[str, Any]]) -> Path:
             ws.column_dimensions[get_column_letter(i)].width = min(60, width + 2)
     buf = io.BytesIO()
     wb.save(buf)
-    return atomic_write(Path(path), buf.getvalue())
+    return atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def _as_text(cells) -> None:
+    """Store every string cell of ``cells`` as text, never as a formula (openpyxl types a string
+    starting with ``=`` as ``f``); a formula-looking one also gets Excel's quote prefix, so editing
+    the cell keeps it text."""
+    for c in cells:
+        if isinstance(c.value, str) and (c.data_type == "f" or c.value.startswith(("=", "+", "-", "@"))):
+            c.data_type = "s"
+            c.quotePrefix = True
 
 
 def write_op_diff_tables(facts: Dict[str, Any], out_dir: Path, records: List[Dict[str, Any]],

@@ -23,6 +23,7 @@ line chart (PNG, Agg backend, no display needed).
 """
 from __future__ import annotations
 
+import io
 import math
 import re
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from tilake.errors import TilakeError
+from tilake.files import atomic_write_bytes, atomic_write_text
 from tilake.lake.store import Lake
 
 QUERIES = Path(__file__).resolve().parent / "queries"
@@ -279,11 +281,12 @@ def plot_trend(res: TrendResult, output: Path) -> Path:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
         try:
-            output.parent.mkdir(parents=True, exist_ok=True)
             if output.suffix.lower() in (".html", ".htm"):
-                output.write_text(_html(res, fig), encoding="utf-8")
+                atomic_write_text(output, _html(res, fig))
             else:
-                fig.savefig(output, format="png")
+                buf = io.BytesIO()
+                fig.savefig(buf, format="png")
+                atomic_write_bytes(output, buf.getvalue())
         except OSError as exc:
             raise TilakeError(f"cannot write the chart: {exc.strerror or exc}", path=output)
     finally:
@@ -294,7 +297,6 @@ def plot_trend(res: TrendResult, output: Path) -> Path:
 def _html(res: TrendResult, fig) -> str:
     import base64
     import html
-    import io
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -22,7 +22,6 @@ appears beside them (reference doc, traps).
 """
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import urllib.parse
@@ -32,6 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from rich.console import Console
 
+from tilake.files import atomic_write_json
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.ingest.profiler.discover import is_raw, pt_dbs
 from tilake.ingest.profiler.metadata import empty_reason
@@ -355,6 +355,4 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
 
 def write_stage3(st: Stage3, path: Path) -> Path:
     """Write the stage-3 JSON (UTF-8, indented)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(st.to_json(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    return path
+    return atomic_write_json(path, st.to_json(), indent=2)

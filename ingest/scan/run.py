@@ -29,6 +29,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from tilake.errors import TilakeError
+from tilake.files import atomic_path
+
 #: (regex, phase label), first match wins; checked against every log line
 PHASES: List[Tuple[re.Pattern, str]] = [
     (re.compile(r"analy[sz]e|Start parsing profiling data|ascend_pt", re.I), "profiler data parsing"),
@@ -192,9 +195,10 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
     dest: Optional[Path] = final_log
     try:
         final_log.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(tmp_log, final_log)
+        with atomic_path(final_log) as tmp:
+            shutil.copyfile(tmp_log, tmp)
         tmp_log.unlink()
-    except OSError:
+    except (OSError, TilakeError):   # a full disk, or a FIFO/device named like the log: keep the temp log
         dest = tmp_log
     if returncode is not None and returncode < 0 and not reason:
         reason = f"killed by signal {-returncode}"
