@@ -220,7 +220,7 @@ def build(select, full_refresh, lake_path):
     res, warnings = build_command(_lake(lake_path), select, full_refresh)
     print_build(res, warnings)
     if not res.success:
-        raise TilakeError(f"dbt build failed; dbt log: {res.log_path}")
+        raise TilakeError(res.failure_line())
 
 
 @main.command()

@@ -50,6 +50,13 @@ class RawTable:
     columns: Tuple[Tuple[str, str, str], ...]
 
 
+#: Largest plausible time stamp (ns since the epoch, 2**62: year 2116). Times past it are not profiler times.
+TIME_MAX_NS = 1 << 62
+#: Longest plausible single kernel / device task (ns): one hour. A longer span is a damaged row
+#: (``endNs = INT64_MAX`` gave 237-year kernels), counted invalid at ingest like a negative one.
+KERNEL_MAX_NS = 3_600 * 10**9
+
+
 def _cols(*specs: Any) -> Tuple[Tuple[str, str, str], ...]:
     """``("a", "VARCHAR"), ("b", "BIGINT", "what b is")`` → full ``(name, type, description)`` triples."""
     return tuple((s[0], s[1], s[2] if len(s) > 2 else "") for s in specs)

@@ -29,14 +29,14 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
 from tilake import settings
 from tilake.errors import TilakeError
 from tilake.files import atomic_path, atomic_write_text
-from tilake.lake.duck import connect
+from tilake.lake.duck import connect, sql_str
 from tilake.lake.store import Lake, lake_write_error
 
 PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt_project"
@@ -259,24 +259,47 @@ class BuildResult:
     log_path: Optional[Path] = None
     # the user rules merged into the seeds ({"dir", "sha256", "files"}; tilake.lake.rules), None without
     rules: Optional[dict] = None
+    # compiled SQL of each failed test ({node name: sql}): read by :func:`suspect_runs`
+    compiled: Dict[str, str] = field(default_factory=dict)
+    # after a failed build: the runs whose data it failed on, with why ([(run_id, why)]; :func:`suspect_runs`)
+    suspects: List[Tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.failures = [n for n in self.nodes if n[2] in ("error", "fail", "runtime error")]
         self.warnings = [n for n in self.nodes if n[2] == "warn"]
 
     def failure_summary(self, limit: int = 3) -> str:
-        """``"node: first message line; …"`` for the first ``limit`` failures (status when no message)."""
-        return "; ".join(f"{n[0]}: {n[3].splitlines()[0] if n[3] else n[2]}" for n in self.failures[:limit])
+        """``"node: first message line; …"`` for the first ``limit`` failures (status when no message;
+        after dbt's ``Runtime Error in model …`` header, the line that says what went wrong)."""
+        def first(msg: str) -> str:
+            lines = [x.strip() for x in msg.splitlines() if x.strip()]
+            return lines[1] if len(lines) > 1 and lines[0].startswith(("Runtime Error in", "Database Error in")) \
+                else lines[0]
+        return "; ".join(f"{n[0]}: {first(n[3]) if n[3] and n[3].strip() else n[2]}" for n in self.failures[:limit])
+
+    def suspects_text(self) -> str:
+        """``"; run X: why — remove it with `tilake runs rm X` …"`` for the runs a failed build names, or ``""``."""
+        if not self.suspects:
+            return ""
+        ids = sorted({r for r, _w in self.suspects})
+        why = "; ".join(f"run {r}: {w}" for r, w in self.suspects[:3])
+        rm = " / ".join(f"`tilake runs rm {r}`" for r in ids[:3])
+        return f"; {why} — remove it with {rm} (then ingest it again with a fixed capture)"
+
+    def failure_line(self, what: str = "dbt build failed") -> str:
+        """``"<what> (<failure summary>)<suspects>; dbt log: <path>"``: the one line a failed build prints."""
+        log = f"; dbt log: {self.log_path}" if self.log_path else ""
+        return f"{what} ({self.failure_summary()}){self.suspects_text()}{log}"
 
     def raise_if_failed(self, what: str = "dbt build failed", path=None) -> "BuildResult":
         """Return ``self`` when dbt succeeded.
 
         Raises:
-            TilakeError: ``"<what> (<failure summary>); dbt log: <path>"``, one line.
+            TilakeError: :meth:`failure_line`, one line (names the run whose data failed, and
+            ``tilake runs rm RUN``, when :func:`suspect_runs` found it).
         """
         if not self.success:
-            log = f"; dbt log: {self.log_path}" if self.log_path else ""
-            raise TilakeError(f"{what} ({self.failure_summary()}){log}", path=path)
+            raise TilakeError(self.failure_line(what), path=path)
         return self
 
 
@@ -351,13 +374,68 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     if res.exception is not None:
         raise TilakeError(f"dbt {command} could not run: {res.exception} (dbt log: {dbt_dir / 'logs' / 'dbt.log'})",
                           path=PROJECT_DIR) from res.exception
-    nodes = []
+    nodes, compiled = [], {}
     for r in getattr(res.result, "results", None) or []:
         node = getattr(r, "node", None)
         nodes.append((getattr(node, "name", "?"), getattr(node, "resource_type", "?"),
                       str(getattr(r, "status", "")).lower(), getattr(r, "message", None) or ""))
+        if nodes[-1][2] in ("fail", "error") and str(nodes[-1][1]).endswith("test") and getattr(node, "compiled_code", None):
+            compiled[nodes[-1][0]] = node.compiled_code
     return BuildResult(bool(res.success), nodes, full_refresh=bool(full_refresh or auto_refresh),
-                       log_path=dbt_dir / "logs" / "dbt.log", rules=rules)
+                       log_path=dbt_dir / "logs" / "dbt.log", rules=rules, compiled=compiled)
+
+
+def suspect_runs(lake: Lake, built: Optional[Path], res: BuildResult) -> List[Tuple[str, str]]:
+    """The runs a failed build failed on: ``[(run_id, why)]``, best first, at most 5.
+
+    1. each failed dbt test's compiled query, re-run on the failed copy ``built``: the ``run_id``
+       values of its failing rows;
+    2. raw kernels with values no profiler writes (``dur_ns`` < 0 or over 1 h per call, times past
+       2**62 ns, call counts past 2**53: an older ingest, or a hand-made file, let them in);
+    3. when neither names one: the runs ingested since the warehouse was last built (raw ``runs``
+       rows not in ``dim_runs`` with that ``created_at``), the only new data a failure can come from.
+
+    Never raises: a lookup that fails is skipped.
+    """
+    from tilake.lake.schema import KERNEL_MAX_NS, TIME_MAX_NS
+    from tilake.lake.store import raw_source
+
+    out: List[Tuple[str, str]] = []
+
+    def add(rid, why):
+        if rid is not None and all(r != str(rid) for r, _w in out) and len(out) < 5:
+            out.append((str(rid), why))
+
+    with contextlib.suppress(Exception):
+        have = built is not None and built.exists()
+        con = connect(built if have else None, read_only=have)
+        try:
+            for name, sql in res.compiled.items():
+                with contextlib.suppress(Exception):
+                    for (rid,) in con.execute(f"SELECT DISTINCT CAST(run_id AS VARCHAR) FROM ({sql}) t "
+                                              "ORDER BY 1 LIMIT 5").fetchall():
+                        add(rid, f"its rows fail the dbt test {name}")
+            with contextlib.suppress(Exception):
+                k = raw_source(lake, "kernels")
+                for rid, n in con.execute(
+                        f"SELECT run_id, count(*) FROM {k} WHERE dur_ns < 0 OR CAST(dur_ns AS HUGEINT) > "
+                        f"{KERNEL_MAX_NS} * CAST(coalesce(call_count, 1) AS HUGEINT) OR start_ns > {TIME_MAX_NS} "
+                        f"OR end_ns > {TIME_MAX_NS} OR start_ns < 0 OR call_count < 0 OR call_count > {2 ** 53} "
+                        "GROUP BY run_id ORDER BY 2 DESC").fetchall():
+                    add(rid, f"{n} kernels with impossible values (times negative, over 1 h or past 2**62 ns; "
+                             "call counts negative or past 2**53)")
+            if not out and res.failures:
+                with contextlib.suppress(Exception):
+                    known = ""
+                    if lake.warehouse.exists():
+                        con.execute(f"ATTACH {sql_str(str(lake.warehouse))} AS cur (READ_ONLY)")
+                        known = ("WHERE (run_id, created_at) NOT IN (SELECT (run_id, created_at) FROM cur.main.dim_runs)")
+                    for (rid,) in con.execute(f"SELECT DISTINCT run_id FROM {raw_source(lake, 'runs')} {known} "
+                                              "ORDER BY 1 LIMIT 5").fetchall():
+                        add(rid, "the only data new since the last good build (what failed ran on it)")
+        finally:
+            con.close()
+    return out
 
 
 def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:
@@ -473,6 +551,7 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
             res = dbt_build(lake, select=select, full_refresh=full_refresh, progress=progress,
                             extra=["--profiles-dir", str(prof), *(extra or [])])   # 5 dbt
             if not res.success or not tmp.exists():   # any error or failing test: the lake stays as it was
+                res.suspects = suspect_runs(lake, tmp, res)
                 return res
             _checkpoint(tmp)                                  # 6 checkpoint
             _swap(tmp, lake.warehouse)                        # 7 swap

@@ -21,7 +21,7 @@ from typing import Dict, List
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.decode import ENUM_COLUMNS, KernelStrings
 from tilake.ingest.profiler.hostmatch import links_missing, match_by_order
-from tilake.ingest.profiler.rows import dedupe_dump, span_columns, span_ok, span_problem, timing_counts
+from tilake.ingest.profiler.rows import dedupe_dump, end_bound, span_columns, span_ok, span_problem, timing_counts
 from tilake.lake.duck import memory_limit_bytes, sql_str
 
 INVALID = 4294967295
@@ -156,6 +156,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
     """
     n = 0
     cid = sql_str(capture_id)
+    bound = end_bound(pr.session)   # a kernel ending after the session (+1 s) or longer than 1 h is invalid
     has_cann = pr.has("CANN_API")
     cann_val = "j_cann.value" if has_cann else "NULL"
     if pr.has("COMPUTE_TASK_INFO") and pr.has("TASK"):
@@ -186,7 +187,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                 dropped = 0 if pr.unique(table, "globalTaskId") else dedupe_dump(con, files[key], table, shown)
                 if dropped:
                     invalid[f"{table} repeated rows (kept once)"] = dropped
-            invalid.update(timing_counts(con, files["task"], files["cti"]))
+            invalid.update(timing_counts(con, files["task"], files["cti"], bound))
             dec.build(con, files)
             j = dec.expr
             by_order = links_missing(con, files["task"])
@@ -237,7 +238,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                     )
                     SELECT CAST({cid} AS ENUM({cid})) AS capture_id, CAST('db' AS ENUM('db')) AS source_kind,
                            globalTaskId AS global_task_id, deviceId AS device_id, streamId AS stream_id,
-                           taskId AS task_id, {span_columns('startNs', 'endNs')},
+                           taskId AS task_id, {span_columns('startNs', 'endNs', bound)},
                            kernel_name, op_type, op_type_derived, accelerator, device_task_type, block_dim,
                            input_shapes, input_dtypes, input_formats, output_shapes, output_dtypes, output_formats,
                            NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
@@ -259,7 +260,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                        "LEFT JOIN sid j_cann ON j_cann.id = ca.name") if has_cann else ""
         sql = f"""
             SELECT {cid} AS capture_id, 'db' AS source_kind, NULL AS global_task_id, {dev} AS device_id,
-                   NULL AS stream_id, NULL AS task_id, {span_columns('o.startNs', 'o.endNs')},
+                   NULL AS stream_id, NULL AS task_id, {span_columns('o.startNs', 'o.endNs', bound)},
                    {sid_value(nm)} AS kernel_name,
                    CASE WHEN {sid_value(ot, 'clean')} IS NULL THEN {sid_value(nm, 'derived')} ELSE {sid_value(ot)} END AS op_type,
                    {sid_value(ot, 'clean')} IS NULL AS op_type_derived,
@@ -272,8 +273,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
             FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
         n += writer.copy_query("kernels", sql, partition)
-        prob = span_problem("o.startNs", "o.endNs", "COMMUNICATION_OP")
+        prob = span_problem("o.startNs", "o.endNs", "COMMUNICATION_OP", bound)
         for p, k in con.execute(f"SELECT {prob} AS p, count(*) FROM s.COMMUNICATION_OP o "
-                                f"WHERE NOT {span_ok('o.startNs', 'o.endNs')} GROUP BY p").fetchall():
+                                f"WHERE NOT {span_ok('o.startNs', 'o.endNs', bound)} GROUP BY p").fetchall():
             invalid[p] = int(k)
     return compute, n

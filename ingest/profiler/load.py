@@ -138,7 +138,12 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None
 
 
 def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = "") -> CaptureResult:
-    n_rows, nh, _ns, src, evidence, nk = load_text(cap.text_dir or cap.path, w, part, row["capture_id"])
+    invalid: Dict[str, int] = {}
+    n_rows, nh, _ns, src, evidence, nk = load_text(cap.text_dir or cap.path, w, part, row["capture_id"], invalid)
+    if invalid:   # kept but counted (capture health), like the DB path's invalid TASK spans
+        row["invalid_rows"] = json.dumps(dict(sorted(invalid.items())), separators=(",", ":"))
+        reason_prefix += (f"{sum(invalid.values())} kernels with invalid times kept for the kernel set, excluded "
+                          f"from timings ({', '.join(f'{k}: {v}' for k, v in sorted(invalid.items()))}); ")
     if not row.get("table_rows"):  # capture health of a text export: rows read per CSV
         counts = {src: n_rows} if src else {}
         if nh:

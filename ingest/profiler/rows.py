@@ -17,13 +17,18 @@ no ``STRING_IDS`` table / no kernel ``name``  refused: kernel names cannot be de
 kernel time NULL, negative, ``endNs<startNs``  kept for the kernel set (op-type counts), times
                                               set NULL so every timing aggregate skips it,
                                               counted (BR-24: the last tasks of a cut capture)
+kernel ending past the session end (+1 s) or  the same (``endNs = INT64_MAX`` gave 237-year
+  after 2**62 ns, or longer than one hour       kernels and an INT64 overflow in every build)
 STRING_IDS text that is not UTF-8             refused, naming the id (DuckDB's own message is
                                               "Cannot create a string of size …")
 ============================================  ===============================================
 
-A kernel's time is valid when ``0 <= startNs <= endNs`` (both present); ``start_ns`` is kept when it
-is non-negative, ``end_ns`` and ``dur_ns`` only when the span is valid, so no INT64 subtraction can
-overflow ("Overflow in subtraction of INT64" on ``endNs = INT64_MIN``).
+A kernel's time is valid when ``0 <= startNs <= endNs <= bound`` (both present) and
+``endNs - startNs <= KERNEL_MAX_NS`` (one hour); ``bound`` is the session end
+(``SESSION_TIME_INFO.endTimeNs``) plus :data:`SESSION_SLACK_NS` when the capture has one, else
+:data:`~tilake.lake.schema.TIME_MAX_NS`. ``start_ns`` is kept when it is non-negative and below the
+bound, ``end_ns`` and ``dur_ns`` only when the span is valid, so no INT64 subtraction can overflow
+("Overflow in subtraction of INT64" on ``endNs = INT64_MIN``).
 """
 from __future__ import annotations
 
@@ -33,28 +38,47 @@ from typing import Dict
 
 from tilake.errors import TilakeError
 from tilake.lake.duck import sql_str
+from tilake.lake.schema import KERNEL_MAX_NS, TIME_MAX_NS
 
-
-LIM = 1 << 62
+LIM = TIME_MAX_NS
 """|ns| beyond this (year 2116) is not a profiler time."""
 
-
-def span_ok(start: str, end: str) -> str:
-    """SQL: the span ``start``..``end`` (ns) is a valid kernel time (both present, ``0 <= start <= end``)."""
-    return f"({start} IS NOT NULL AND {end} IS NOT NULL AND {start} >= 0 AND {end} >= {start})"
+SESSION_SLACK_NS = 10**9
+"""A kernel may end this long (1 s) after ``SESSION_TIME_INFO.endTimeNs`` (real captures end ~0.1 s before)."""
 
 
-def span_columns(start: str, end: str) -> str:
+def end_bound(session) -> int:
+    """Latest valid kernel end (ns) of a capture whose ``SESSION_TIME_INFO`` is ``(start, end)``:
+    ``end`` + :data:`SESSION_SLACK_NS` when both are integers and ``end >= start``, else :data:`LIM`."""
+    start, end = (tuple(session) + (None, None))[:2]
+    if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end < LIM:
+        return min(LIM, end + SESSION_SLACK_NS)
+    return LIM
+
+
+def span_ok(start: str, end: str, bound: int = LIM) -> str:
+    """SQL: the span ``start``..``end`` (ns) is a valid kernel time (both present,
+    ``0 <= start <= end <= bound``, at most ``KERNEL_MAX_NS`` long; the length is taken in HUGEINT)."""
+    return (f"({start} IS NOT NULL AND {end} IS NOT NULL AND {start} >= 0 AND {end} >= {start} "
+            f"AND {end} <= {int(bound)} AND CAST({end} AS HUGEINT) - {start} <= {KERNEL_MAX_NS})")
+
+
+def span_columns(start: str, end: str, bound: int = LIM) -> str:
     """SQL select list ``start_ns, end_ns, dur_ns`` of a kernel: NULL where the time is invalid."""
-    ok = span_ok(start, end)
-    return (f"CASE WHEN {start} >= 0 THEN {start} END AS start_ns, CASE WHEN {ok} THEN {end} END AS end_ns, "
-            f"CASE WHEN {ok} THEN {end} - {start} END AS dur_ns")
+    ok = span_ok(start, end, bound)
+    return (f"CASE WHEN {start} >= 0 AND {start} <= {int(bound)} THEN {start} END AS start_ns, "
+            f"CASE WHEN {ok} THEN {end} END AS end_ns, "
+            f"CASE WHEN {ok} THEN CAST(CAST({end} AS HUGEINT) - {start} AS BIGINT) END AS dur_ns")
 
 
-def span_problem(start: str, end: str, table: str) -> str:
-    """SQL: the name of what is wrong with a span (``TASK.endNs NULL``, ``TASK.endNs < startNs`` …), else NULL."""
+def span_problem(start: str, end: str, table: str, bound: int = LIM) -> str:
+    """SQL: the name of what is wrong with a span (``TASK.endNs NULL``, ``TASK.endNs < startNs``,
+    ``TASK.endNs past the session end``, ``TASK duration over 1 h`` …), else NULL."""
+    past = "past the session end" if int(bound) < LIM else "out of range (after 2**62 ns)"
     return (f"CASE WHEN {start} IS NULL THEN '{table}.startNs NULL' WHEN {end} IS NULL THEN '{table}.endNs NULL' "
-            f"WHEN {start} < 0 THEN '{table}.startNs negative' WHEN {end} < {start} THEN '{table}.endNs < startNs' END")
+            f"WHEN {start} < 0 THEN '{table}.startNs negative' WHEN {end} < {start} THEN '{table}.endNs < startNs' "
+            f"WHEN {end} > {int(bound)} THEN '{table}.endNs {past}' "
+            f"WHEN CAST({end} AS HUGEINT) - {start} > {KERNEL_MAX_NS} THEN '{table} duration over 1 h' END")
 
 
 def check_tables(pr, path: Path) -> None:
@@ -137,12 +161,13 @@ def dedupe_dump(con, file: Path, table: str, path: Path) -> int:
     return int(n - ids)
 
 
-def timing_counts(con, task_file: Path, cti_file: Path) -> Dict[str, int]:
-    """``{problem: kernels}`` for compute kernels (TASK ⋈ COMPUTE_TASK_INFO) whose time is invalid."""
+def timing_counts(con, task_file: Path, cti_file: Path, bound: int = LIM) -> Dict[str, int]:
+    """``{problem: kernels}`` for compute kernels (TASK ⋈ COMPUTE_TASK_INFO) whose time is invalid
+    (``bound``: :func:`end_bound` of the capture's session)."""
     t = f"read_parquet({sql_str(task_file)}, hive_partitioning=false)"
-    prob = span_problem("startNs", "endNs", "TASK")
+    prob = span_problem("startNs", "endNs", "TASK", bound)
     rows = con.execute(f"SELECT p, count(*) FROM (SELECT globalTaskId, {prob} AS p FROM {t} "
-                       f"WHERE NOT {span_ok('startNs', 'endNs')}) b "
+                       f"WHERE NOT {span_ok('startNs', 'endNs', bound)}) b "
                        f"SEMI JOIN read_parquet({sql_str(cti_file)}, hive_partitioning=false) c USING (globalTaskId) "
                        "GROUP BY p ORDER BY p").fetchall()
     return {p: int(n) for p, n in rows}

@@ -98,6 +98,7 @@ def text_step_marks(text_dir: Path) -> StepMarks:
     ``step_trace_time.csv``. Unreadable files give no markers (the kernel reader reports them)."""
     from tilake.errors import TilakeError
     from tilake.ingest.profiler.text import read_csv, us_to_ns
+    from tilake.lake.schema import KERNEL_MAX_NS
 
     kd = Path(text_dir) / "kernel_details.csv"
     try:
@@ -111,7 +112,8 @@ def text_step_marks(text_dir: Path) -> StepMarks:
                     step, s = _int((r.get("Step Id") or "").strip()), us_to_ns(r.get(start))
                     if step is None or s is None:
                         continue
-                    e = s + (us_to_ns(r.get(dur)) or 0)
+                    d = us_to_ns(r.get(dur), limit=None) or 0
+                    e = s + (d if d <= KERNEL_MAX_NS else 0)   # an implausible kernel (counted invalid) spans nothing
                     lo_hi = spans.setdefault(step, [s, e])
                     lo_hi[0], lo_hi[1] = min(lo_hi[0], s), max(lo_hi[1], e)
                 if spans:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from tilake.lake.duck import sql_str
+from tilake.lake.schema import KERNEL_MAX_NS, TIME_MAX_NS
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.names import clean_text, is_derived, op_type_or_derived
 
@@ -27,12 +28,14 @@ _TEXT_KERNEL_COLS = ["kernel_name", "raw_op", "accelerator", "start_ns", "dur_ns
                      "output_formats", "stream_id", "task_id", "device_id", "call_count"]
 
 
-def us_to_ns(text: Optional[str], where: str = "", allow_negative: bool = False) -> Optional[int]:
+def us_to_ns(text: Optional[str], where: str = "", allow_negative: bool = False,
+             limit: Optional[int] = TIME_MAX_NS) -> Optional[int]:
     """``'1736408883704643.212\t'`` (µs) → ``1736408883704643212`` (ns); ``N/A``/empty → None.
 
     Raises:
-        TilakeError: the value is not a finite decimal number (``NaN``, ``inf``, ``abc``) or is
-            negative; ``where`` (file, line, column) is named in the message.
+        TilakeError: the value is not a finite decimal number (``NaN``, ``inf``, ``abc``), is
+            negative, or is beyond 2**62 ns (year 2116: no profiler time, and an INT64 sum of two
+            would overflow); ``where`` (file, line, column) is named in the message.
     """
     if text is None:
         return None
@@ -47,7 +50,10 @@ def us_to_ns(text: Optional[str], where: str = "", allow_negative: bool = False)
         raise TilakeError(f"{where}: {t!r} is not a time in µs")
     if d < 0 and not allow_negative:
         raise TilakeError(f"{where}: negative time {t!r} µs")
-    return int((d * 1000).to_integral_value())
+    ns = int((d * 1000).to_integral_value())
+    if limit is not None and abs(ns) > limit:
+        raise TilakeError(f"{where}: {t!r} µs is out of range (beyond 2**62 ns, the year 2116)")
+    return ns
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -62,10 +68,11 @@ def _int(text: Optional[str]) -> Optional[int]:
 
 
 def _count(text: Optional[str], where: str) -> int:
-    """A non-negative whole call count; raises TilakeError naming ``where`` otherwise."""
+    """A whole call count in 0 .. 2**53; raises TilakeError naming ``where`` otherwise (a larger one
+    is no profiler count, and a sum of a few would overflow INT64)."""
     t = (text or "").strip()
-    if not t.isdigit():
-        raise TilakeError(f"{where}: {t!r} is not a call count")
+    if not t.isdigit() or len(t) > 16 or int(t) > 2 ** 53:
+        raise TilakeError(f"{where}: {t[:40]!r} is not a call count" + (" (over 2**53)" if t.isdigit() else ""))
     return int(t)
 
 
@@ -105,8 +112,10 @@ def read_csv(path: Path, required: Tuple[Tuple[str, ...], ...] = ()) -> Tuple[Li
     except csv.Error as exc:
         raise TilakeError(f"malformed CSV at line {reader.line_num} ({exc}; an unterminated quote?)",
                           path=path) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TilakeError(f"unreadable CSV ({exc})", path=path) from exc
+    except UnicodeDecodeError as exc:
+        raise TilakeError(f"not UTF-8 text: {_bad_utf8(path)}", path=path) from exc
+    except OSError as exc:
+        raise TilakeError(f"unreadable CSV ({exc.strerror or exc})", path=path) from exc
     if bad:
         first = ", ".join(f"{ln} ({n} fields)" for ln, n in bad[:5])
         need = ", ".join(a[0] for a in required)
@@ -116,6 +125,21 @@ def read_csv(path: Path, required: Tuple[Tuple[str, ...], ...] = ()) -> Tuple[Li
     return header, rows
 
 
+def _bad_utf8(path: Path) -> str:
+    """``"line N, column C (byte offset B): b'\\xff…'"`` of the first bytes of ``path`` that are not
+    UTF-8 (the decoder's own position counts from the start of its read buffer, not the file)."""
+    offset = 0
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                col = len(raw[:e.start].decode("utf-8", errors="replace")) + 1
+                return f"line {n}, column {col} (byte offset {offset + e.start}): {raw[e.start:e.start + 4]!r}"
+            offset += len(raw)
+    return "an invalid byte sequence"
+
+
 def _first(row: Dict[str, str], *names: str) -> Optional[str]:
     for n in names:
         if n in row and row[n] is not None:
@@ -123,8 +147,13 @@ def _first(row: Dict[str, str], *names: str) -> Optional[str]:
     return None
 
 
-def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
+def kernel_rows(text_dir: Path, invalid: Optional[Dict[str, int]] = None) -> Tuple[str, List[tuple], str]:
     """Kernel rows from the best available CSV.
+
+    A ``kernel_details.csv`` kernel longer than one hour (:data:`~tilake.lake.schema.KERNEL_MAX_NS`;
+    a 9e12 µs kernel is a damaged row) keeps its row for the kernel set, its duration is NULL (every
+    timing sum skips it) and it is counted in ``invalid`` (``{"kernel_details.csv Duration(us) over
+    1 h": rows}``), as the DB path does for invalid TASK spans.
 
     Returns:
         (source file name, rows in ``_TEXT_KERNEL_COLS`` order, evidence kind ``device`` or
@@ -137,15 +166,20 @@ def kernel_rows(text_dir: Path) -> Tuple[str, List[tuple], str]:
         missing = [n[0] for n in need if not any(x in header for x in n)]
         if missing:
             raise TilakeError(f"kernel_details.csv lacks column(s) {', '.join(missing)}", path=kd)
-        out = []
+        out, too_long = [], 0
         for line, r in enumerate(rows, start=2):
+            dur = us_to_ns(_first(r, "Duration(us)", "Task Duration(us)"), f"{kd} line {line} Duration(us)", limit=None)
+            if dur is not None and dur > KERNEL_MAX_NS:
+                dur, too_long = None, too_long + 1
             out.append((r.get("Name"), _first(r, "Type", "OP Type"), _first(r, "Accelerator Core", "Task Type"),
                         us_to_ns(_first(r, "Start Time(us)", "Task Start Time(us)"), f"{kd} line {line} Start Time(us)"),
-                        us_to_ns(_first(r, "Duration(us)", "Task Duration(us)"), f"{kd} line {line} Duration(us)"),
+                        dur,
                         _int(_first(r, "Block Dim", "Block Num")),
                         r.get("Input Shapes"), r.get("Input Data Types"), r.get("Input Formats"),
                         r.get("Output Shapes"), r.get("Output Data Types"), r.get("Output Formats"),
                         _int(r.get("Stream ID")), _int(r.get("Task ID")), _int(r.get("Device_id")), 1))
+        if too_long and invalid is not None:
+            invalid[f"{kd.name} Duration(us) over 1 h"] = too_long
         if out:
             return kd.name, out, "device"
     st = text_dir / "op_statistic.csv"
@@ -191,7 +225,8 @@ def host_op_rows(text_dir: Path) -> List[tuple]:
     return [(r.get("Name"), r.get("Input Shapes"), r.get("Call Stack")) for r in rows]
 
 
-def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple[int, int, int, str, str, int]:
+def load_text(text_dir: Path, writer, partition: Dict, capture_id: str,
+              invalid: Optional[Dict[str, int]] = None) -> Tuple[int, int, int, str, str, int]:
     """Write kernels (``source_kind='text'``), host ops and call stacks of one text export.
 
     Returns:
@@ -199,7 +234,7 @@ def load_text(text_dir: Path, writer, partition: Dict, capture_id: str) -> Tuple
         kernels = the sum of ``call_count``: for ``op_statistic.csv`` the sum of ``Count`` (e.g.
         1392 kernels in 15 op-type rows), for ``kernel_details.csv`` the row count).
     """
-    src, rows, evidence = kernel_rows(text_dir)
+    src, rows, evidence = kernel_rows(text_dir, invalid)
     con = writer.con
     cid = sql_str(capture_id)
     nk = 0

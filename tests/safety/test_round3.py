@@ -7,6 +7,7 @@ tracebacks that must be one ``error:`` line; Ctrl-C during a build; small things
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import sqlite3
@@ -146,3 +147,151 @@ def test_atomic_writers_refuse_special_files(fifo):
     assert check_regular_target(fifo.parent / "new.csv") == fifo.parent / "new.csv"
     with pytest.raises(TilakeError, match="folder"):
         check_regular_target(fifo.parent)
+
+
+# ------------------------------------------------------------------ 3. implausible durations, overflow-proof sums
+
+INT64_MAX = 2**63 - 1
+
+
+def _parquet(lake: Path, table: str, run: str, sql: str = "*"):
+    import duckdb
+    return duckdb.sql(f"SELECT {sql} FROM read_parquet('{lake}/raw/{table}/run_id={run}/**/*.parquet')").fetchall()
+
+
+def _train_db(po: Path) -> Path:
+    return next(po.glob("e2e/*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"))
+
+
+@pytest.mark.parametrize("case", ["int64_max", "two_hours_after_session", "no_session_long"])
+def test_implausible_task_ends_are_invalid_rows_at_ingest(built, tmp_path, case):
+    po = tmp_path / "po"
+    shutil.copytree(built["po"], po)
+    c = sqlite3.connect(_train_db(po))
+    if case == "int64_max":
+        c.execute(f"UPDATE TASK SET endNs = {INT64_MAX} WHERE rowid % 7 = 0")
+        want = "TASK.endNs past the session end"
+    elif case == "two_hours_after_session":
+        c.execute("UPDATE TASK SET endNs = (SELECT endTimeNs FROM SESSION_TIME_INFO) + 7200000000000 "
+                  "WHERE rowid % 11 = 0")
+        want = "TASK.endNs past the session end"
+    else:   # no session to bound by: a kernel longer than an hour is still no kernel
+        c.execute("DROP TABLE SESSION_TIME_INFO")
+        c.execute("UPDATE TASK SET endNs = startNs + 5000000000000 WHERE rowid % 11 = 0")
+        want = "TASK duration over 1 h"
+    bad = c.execute("SELECT count(*) FROM TASK t JOIN COMPUTE_TASK_INFO USING (globalTaskId) "
+                    "WHERE t.endNs - t.startNs > 3600000000000").fetchone()[0]
+    c.commit()
+    c.close()
+    lake = tmp_path / "lake"
+    r = _invoke("ingest", po, "--run-id", "big", "--lake", lake)
+    assert r.exit_code == 0, r.output
+    assert want in r.output
+    inv = [json.loads(v) for (v,) in _parquet(lake, "captures", "big", "invalid_rows") if v]
+    assert inv and inv[0][want] == bad > 0, inv
+    (mx,) = _parquet(lake, "kernels", "big", "max(dur_ns)")[0]
+    assert mx <= 3600 * 10**9
+    if case == "int64_max":   # the build that failed with an INT64 overflow in fct_side_ops
+        r = _invoke("build", "--lake", lake)
+        assert r.exit_code == 0, r.output
+
+
+def _text_po(tmp_path: Path) -> Path:
+    from tilake.synth import JobConfig, make_profiler_output
+    po = tmp_path / "po"
+    make_profiler_output(po, job=JobConfig(layers=1), train_ranks=1, infer_form="text")
+    return po
+
+
+def _edit_kernel_details(po: Path, **cells):
+    """Set ``{row index: {column: value}}`` cells of the inference kernel_details.csv (the synth export's quirks kept)."""
+    import csv
+    k = next(po.glob("agent_loop_rollout_replica_0/*/ASCEND_PROFILER_OUTPUT/kernel_details.csv"))
+    rows = list(csv.reader(open(k, encoding="utf-8-sig", newline="")))
+    head = [h.strip() for h in rows[0]]
+    for idx, change in cells.items():
+        for col, val in change.items():
+            rows[int(idx[1:])][head.index(col)] = val
+    with open(k, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    return k
+
+
+@pytest.mark.parametrize("dur", ["9000000000000", "1e19", "4e12"])
+def test_kernel_details_durations_over_an_hour_are_counted(tmp_path, dur):
+    po = _text_po(tmp_path)
+    _edit_kernel_details(po, r5={"Duration(us)": dur}, r9={"Duration(us)": "3600000000.001"})
+    lake = tmp_path / "lake"
+    r = _invoke("ingest", po, "--run-id", "t", "--lake", lake)
+    assert r.exit_code == 0, r.output
+    assert "kernel_details.csv Duration(us) over 1 h: 2" in r.output, r.output
+    (mx,) = _parquet(lake, "kernels", "t", "max(dur_ns)")[0]
+    assert mx <= 3600 * 10**9
+    assert "step(s) [1] counted" in r.output   # one damaged row does not drop the step markers
+
+
+@pytest.mark.parametrize("col,val", [("Start Time(us)", "9e18"), ("Start Time(us)", "-1"), ("Duration(us)", "1e30")])
+def test_kernel_details_times_out_of_range_name_the_line(tmp_path, col, val):
+    po = _text_po(tmp_path)
+    k = _edit_kernel_details(po, r3={col: val})
+    r = _invoke("ingest", po, "--run-id", "t", "--lake", tmp_path / "lake")
+    line = one_error_line(r.output)
+    assert r.exit_code == 2 and str(k) in line and f"line 4 {col}" in line, line
+
+
+def test_invalid_utf8_in_a_csv_names_the_line(tmp_path):
+    po = _text_po(tmp_path)
+    k = next(po.glob("agent_loop_rollout_replica_0/*/ASCEND_PROFILER_OUTPUT/kernel_details.csv"))
+    lines = k.read_bytes().split(b"\n")
+    n = 97   # 0-based: file line 98, far past the decoder's first buffer position
+    lines[n] = lines[n][:7] + b"\xff\xfe" + lines[n][7:]
+    k.write_bytes(b"\n".join(lines))
+    r = _invoke("ingest", po, "--run-id", "t", "--lake", tmp_path / "lake")
+    line = one_error_line(r.output)
+    assert r.exit_code == 2 and "not UTF-8" in line and "line 98, column 8" in line, line
+
+
+def _clone_run(lake: Path, src: str, dst: str, kernels_replace: str = "", captures_replace: str = ""):
+    """Copy run ``src``'s raw partitions to run ``dst`` with REPLACE expressions: what an older
+    tilake (or a hand-made file) left in the lake."""
+    import duckdb
+    for t, extra in (("kernels", kernels_replace), ("runs", ""), ("captures", captures_replace)):
+        for g in (lake / "raw" / t).glob(f"run_id={src}/**/*.parquet"):
+            out = Path(str(g).replace(f"run_id={src}", f"run_id={dst}"))
+            out.parent.mkdir(parents=True, exist_ok=True)
+            cols = [r[0] for r in duckdb.sql(f"DESCRIBE SELECT * FROM read_parquet('{g}', hive_partitioning=false)").fetchall()]
+            rep = ([f"'{dst}' AS run_id"] if "run_id" in cols else []) + ([extra] if extra else [])
+            sel = f"SELECT * REPLACE ({', '.join(rep)})" if rep else "SELECT *"
+            duckdb.sql(f"COPY ({sel} FROM read_parquet('{g}', hive_partitioning=false)) TO '{out}' (FORMAT parquet)")
+
+
+def test_sums_of_damaged_durations_cannot_overflow(lake_copy):
+    _clone_run(lake_copy, "r1", "old", f"CASE WHEN global_task_id % 3 = 0 THEN {INT64_MAX} ELSE dur_ns END AS dur_ns")
+    r = _invoke("build", "--lake", lake_copy)
+    assert r.exit_code == 0, r.output
+    r = _invoke("sql", "select max(total_dur_ns) from fct_side_ops where run_id = 'old'", "--format", "csv",
+                "--lake", lake_copy)
+    assert r.exit_code == 0 and int(r.output.split()[-1]) < 2**62, r.output
+
+
+@pytest.mark.parametrize("replace,why", [
+    (f"CASE WHEN global_task_id % 3 = 0 THEN {INT64_MAX} ELSE call_count END AS call_count", "impossible values"),
+])
+def test_a_build_failing_on_one_runs_data_names_the_run(lake_copy, replace, why):
+    _clone_run(lake_copy, "r1", "poison", replace)
+    before = (lake_copy / "warehouse.duckdb").read_bytes()
+    r = _invoke("build", "--lake", lake_copy)
+    line = next(x for x in r.output.splitlines() if x.startswith("error: "))
+    assert r.exit_code == 2 and "run poison" in line and why in line and "`tilake runs rm poison`" in line, r.output
+    assert "Traceback" not in r.output
+    assert (lake_copy / "warehouse.duckdb").read_bytes() == before
+    r = _invoke("runs", "rm", "poison", "--lake", lake_copy)
+    assert r.exit_code == 0, r.output
+
+
+def test_a_failing_test_on_new_data_names_the_new_run(lake_copy):
+    _clone_run(lake_copy, "r1", "odd", captures_replace="'weird' AS status")
+    r = _invoke("build", "--lake", lake_copy)
+    line = next(x for x in r.output.splitlines() if x.startswith("error: "))
+    assert r.exit_code == 2 and "accepted_values" in line and "`tilake runs rm odd`" in line, r.output
+    assert "run r1" not in line
