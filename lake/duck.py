@@ -127,3 +127,25 @@ def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> Optional[int]:
 def sql_str(value: Union[str, Path]) -> str:
     """Quote a value as a SQL string literal (single quotes doubled)."""
     return "'" + str(value).replace("'", "''") + "'"
+
+
+def sqlite_uri(path: Union[str, Path]) -> str:
+    """``file:`` URI that opens the SQLite file ``path`` read-only and immutable (no ``-journal``/``-wal``
+    file is created beside it), with the path percent-encoded: a folder named ``run#3`` or ``a?b``
+    or ``100%`` would otherwise end the path at ``#``/``?`` or decode ``%41``, and SQLite would open
+    (and create, as a zero-byte file) another file beside the input (https://sqlite.org/uri.html)."""
+    import urllib.parse
+
+    return "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro&immutable=1"
+
+
+def sqlite_ro(path: Union[str, Path]):
+    """A ``sqlite3`` connection to ``path``, read-only and immutable (:func:`sqlite_uri`).
+
+    Raises:
+        sqlite3.Error: the file cannot be opened (missing: ``unable to open database file``).
+    """
+    import sqlite3
+
+    return sqlite3.connect(sqlite_uri(path), uri=True)
+

@@ -36,7 +36,7 @@ from tilake.errors import TilakeError
 from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
 from tilake.ingest.profiler.names import clean_text, derived_op_type
 from tilake.ingest.profiler.rows import check_tables, dedupe_strings, explain
-from tilake.lake.duck import sql_str
+from tilake.lake.duck import sql_str, sqlite_ro
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 API_TYPE_OP = 50001
@@ -163,9 +163,8 @@ def probe(path: Path) -> DbProbe:
         TilakeError: the file is not a readable SQLite database.
     """
     p = DbProbe()
-    uri = "file:" + str(path.resolve()) + "?mode=ro&immutable=1"
     try:
-        con = sqlite3.connect(uri.replace("?", "?", 1), uri=True)
+        con = sqlite_ro(path)
         try:
             names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
             for n in names:
@@ -369,8 +368,7 @@ def _write_host_ops(con, writer, partition: Dict, capture_id: str) -> int:
 
 def profiler_level_from_db(con_path: Path) -> Optional[str]:
     """``Level0`` when every op type is ``N/A`` (level-0 capture), else None (unknown)."""
-    uri = "file:" + str(con_path.resolve()) + "?mode=ro&immutable=1"
-    con = sqlite3.connect(uri, uri=True)
+    con = sqlite_ro(con_path)
     try:
         r = con.execute("SELECT count(*), sum(CASE WHEN s.value = 'N/A' THEN 1 ELSE 0 END) "
                         "FROM (SELECT opType FROM COMPUTE_TASK_INFO LIMIT 1000) c "
@@ -396,8 +394,7 @@ def session_fields(pr: DbProbe, db: Path) -> Dict:
         return {"truncated": None, "session_start_ns": start, "session_end_ns": end}
     truncated = bool(start) and (not end or end < start)
     if truncated and pr.has("TASK", "endNs"):
-        uri = "file:" + str(db.resolve()) + "?mode=ro&immutable=1"
-        con = sqlite3.connect(uri, uri=True)
+        con = sqlite_ro(db)
         try:
             end = con.execute("SELECT max(endNs) FROM TASK WHERE startNs >= 0 AND endNs >= startNs").fetchone()[0]
         except sqlite3.DatabaseError:

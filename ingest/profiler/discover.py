@@ -31,6 +31,7 @@ from typing import Dict, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.ingest.torch.find import find_traces, is_trace_name, rank_of
+from tilake.lake.duck import sqlite_ro
 
 TEXT_FILES = ("kernel_details.csv", "op_statistic.csv", "api_statistic.csv", "operator_details.csv")
 _DB_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
@@ -157,7 +158,7 @@ def device_of(db: Path) -> Optional[int]:
     """Device id of a profiler DB: ``RANK_DEVICE_MAP.deviceId``, else ``NPU_INFO.id`` (-1 = not collected);
     None when neither table gives one (reference §2.2; one row per device folder)."""
     try:
-        con = sqlite3.connect(f"file:{db.resolve()}?mode=ro&immutable=1", uri=True)
+        con = sqlite_ro(db)
     except sqlite3.Error:
         return None
     try:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Dict
 
 from tilake.errors import TilakeError
-from tilake.lake.duck import sql_str
+from tilake.lake.duck import sql_str, sqlite_ro
 from tilake.lake.schema import KERNEL_MAX_NS, TIME_MAX_NS
 
 LIM = TIME_MAX_NS
@@ -181,9 +181,8 @@ def explain(exc: BaseException, db: Path, shown: Path) -> "TilakeError | None":
     unicode"; a time column out of range for "Overflow in …".
     """
     msg = str(exc)
-    uri = "file:" + str(Path(db).resolve()) + "?mode=ro&immutable=1"
     try:
-        con = sqlite3.connect(uri, uri=True)
+        con = sqlite_ro(db)
         con.text_factory = bytes
     except sqlite3.Error:
         return None

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from tilake.lake.duck import sql_str
+from tilake.lake.duck import sql_str, sqlite_ro
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -59,7 +59,7 @@ def db_step_marks(db: Path) -> StepMarks:
     """Step ranges of a profiler DB: ``STEP_TIME``, else ``PYTORCH_API`` / ``MSTX_EVENTS`` ``ProfilerStep#N``
     rows. Read with sqlite3 in immutable mode; an unreadable or absent table gives no markers."""
     try:
-        con = sqlite3.connect(f"file:{Path(db).resolve()}?mode=ro&immutable=1", uri=True)
+        con = sqlite_ro(db)
     except sqlite3.Error:
         return StepMarks()
     try:

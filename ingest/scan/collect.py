@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -32,6 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from rich.console import Console
 
 from tilake.files import atomic_write_json
+from tilake.lake.duck import sqlite_ro
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.ingest.profiler.discover import is_raw, pt_dbs
 from tilake.ingest.profiler.metadata import empty_reason
@@ -56,8 +56,7 @@ KNOWN_WARNINGS: List[Tuple[str, str]] = [
 
 
 def _ro_connect(db: Path) -> sqlite3.Connection:
-    uri = "file:" + urllib.parse.quote(str(db.resolve())) + "?mode=ro&immutable=1"
-    return sqlite3.connect(uri, uri=True)
+    return sqlite_ro(db)
 
 
 def compute_task_rows(db: Path) -> Tuple[Optional[int], str]:

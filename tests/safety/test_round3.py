@@ -295,3 +295,48 @@ def test_a_failing_test_on_new_data_names_the_new_run(lake_copy):
     line = next(x for x in r.output.splitlines() if x.startswith("error: "))
     assert r.exit_code == 2 and "accepted_values" in line and "`tilake runs rm odd`" in line, r.output
     assert "run r1" not in line
+
+
+# ------------------------------------------------------------------ 4. input paths with ? # % are opened as paths
+
+@pytest.mark.parametrize("name", ["run#3_ascend_pt", "a?b_ascend_pt", "100%41_ascend_pt", "x%3Fy#z?mode=rwc_ascend_pt"])
+def test_db_under_a_folder_with_uri_characters(built, tmp_path, name):
+    po = tmp_path / "po"
+    shutil.copytree(built["po"], po)
+    cap = next((po / "e2e").iterdir())
+    cap.rename(cap.parent / name)
+    db = _train_db(po)
+    c = sqlite3.connect(db)   # plus a damaged name, so the error path (sqlite3 on the input) runs too
+    (i,) = c.execute("SELECT name FROM COMPUTE_TASK_INFO LIMIT 1").fetchone()
+    c.commit()
+    c.close()
+    before = tree_digest(po)
+    r = _invoke("ingest", po, "--run-id", "q", "--lake", tmp_path / "lake")
+    assert r.exit_code == 0 and "train rank 0: ok kernels=783" in r.output, r.output
+    assert tree_digest(po) == before   # nothing created or changed beside the input
+    c = sqlite3.connect(db)
+    c.execute("UPDATE STRING_IDS SET value = CAST(x'fffec328' AS TEXT) || value WHERE id = ?", (i,))
+    c.commit()
+    c.close()
+    before = tree_digest(po)
+    r = _invoke("ingest", po, "--run-id", "q2", "--lake", tmp_path / "lake")
+    line = one_error_line(r.output)
+    assert r.exit_code == 2 and f"STRING_IDS.value for id {i} is not valid UTF-8" in line and name in line, line
+    assert tree_digest(po) == before
+
+
+def test_sqlite_uri_quotes_every_uri_character(tmp_path):
+    from tilake.lake.duck import sqlite_ro, sqlite_uri
+
+    d = tmp_path / "a?b#c%41d&e=f"
+    d.mkdir()
+    p = d / "x.db"
+    sqlite3.connect(p).execute("CREATE TABLE t (v)").connection.commit()
+    assert "?" not in sqlite_uri(p).split("?mode=")[0] and "#" not in sqlite_uri(p)
+    con = sqlite_ro(p)
+    assert con.execute("SELECT name FROM sqlite_master").fetchall() == [("t",)]
+    con.close()
+    assert sorted(x.name for x in d.iterdir()) == ["x.db"]
+    with pytest.raises(sqlite3.Error):
+        sqlite_ro(d / "missing.db")
+    assert sorted(x.name for x in d.iterdir()) == ["x.db"]   # read-only open creates nothing
