@@ -181,6 +181,8 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         "reason": an.rounds[-1].get("outcome") if an.rounds else "not_run"}
     if stop_reason:
         an.notes.append(stop_reason)
+    if pair0 is not None:   # .pt files whose dtype is not dump.json's: said, never silent
+        an.notes.extend(n for n in (pair0.dumps[s].dtype_note() for s in SIDES) if n)
     verdict(an, logprob)
     if pair0 is not None and not any(r["status"] not in NOT_COMPARED + ("ISOLATED", "not_compared")
                                      for r in an.boundary_rows):

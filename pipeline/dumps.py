@@ -24,7 +24,10 @@ from tilake.diagnosis.logprob import read_logprob
 from tilake.diagnosis.suggest import exit_status
 
 # the dump marts (their folder is the selector); dbt_build adds their ancestors (staging/msprobe, runs)
-DUMP_MODELS = ["path:models/marts/dumps"]
+# the dump marts and every mart `tilake runs` (lake.registry) and the dump trends read: a --build
+# leaves the warehouse current for them (registry.warehouse_is_current trusts the file's mtime)
+DUMP_MODELS = ["path:models/marts/dumps", "fct_run_registry", "fct_run_divergence", "fct_change_divergence",
+               "fct_change_divergence_any"]
 
 
 def _progress():
@@ -150,6 +153,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
             "stub_needed": bool((an.stub_instruction or {}).get("needed")),
             "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built,
             "suggestions": [x["text"] for x in an.suggestions],
+            "warnings": [n for n in an.notes if "than dump.json declares" in n],
             "exit_code": exit_status(an)}
 
 

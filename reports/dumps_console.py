@@ -53,6 +53,8 @@ def print_summary(res: Dict[str, Any]) -> None:
         con.print(f"  point: round {r} {b} — {c or 'class unknown (no tensor: md5/statistics only)'}", markup=False)
     for x in res.get("suggestions") or []:
         con.print(f"  try: {x}", markup=False)
+    for w in res.get("warnings") or []:
+        con.print("[yellow]warning[/]: " + escape(str(w)))
     if res["stub_needed"]:
         con.print("next: apply stub_instruction.json, collect the next round, re-run with --round TRAIN INFER")
     for k, v in res["outputs"].items():

@@ -161,6 +161,8 @@ class DumpSide:
         self.dir = dirs[0]
         self.side = side
         self.warnings: List[str] = []
+        # (data_name, dump.json dtype, file dtype) of every loaded .pt whose dtype differs (:meth:`dtype_note`)
+        self.dtype_mismatches: List[Tuple[str, str, str]] = []
         m = re.match(r"^step(\d+)$", self.dir.parent.name)
         self.step = int(m.group(1)) if m else None
         m = re.match(r"^rank(\d+)$", self.dir.name)
@@ -322,8 +324,24 @@ class DumpSide:
         return self.data_dir / name
 
     def load(self, slot: Slot):
-        """Load one slot's tensor (see :func:`load_pt`)."""
-        return load_pt(self.pt_path(slot))
+        """Load one slot's tensor (see :func:`load_pt`). A file whose dtype differs from what
+        dump.json declares is used as it is and recorded in ``dtype_mismatches`` (:meth:`dtype_note`)."""
+        t = load_pt(self.pt_path(slot))
+        if slot.declared_dtype and slot.declared_dtype != str(t.dtype) and \
+                all(m[0] != slot.data_name for m in self.dtype_mismatches):
+            self.dtype_mismatches.append((str(slot.data_name), str(slot.declared_dtype), str(t.dtype)))
+        return t
+
+    def dtype_note(self) -> Optional[str]:
+        """One sentence on the loaded ``.pt`` files whose dtype is not the one dump.json declares
+        (``"train: 3 .pt files hold another dtype than dump.json declares (X.pt: dump.json
+        torch.float16, file torch.bfloat16; …); the files' dtypes are used"``), or None."""
+        if not self.dtype_mismatches:
+            return None
+        eg = "; ".join(f"{n}: dump.json {d}, file {a}" for n, d, a in self.dtype_mismatches[:3])
+        more = ", …" if len(self.dtype_mismatches) > 3 else ""
+        return (f"{self.side}: {len(self.dtype_mismatches)} .pt file(s) hold another dtype than dump.json declares "
+                f"({eg}{more}); the files' dtypes are used")
 
     def stack_frames(self) -> Dict[str, List[str]]:
         """entry → frames (innermost first) for both stack.json forms; {} when absent."""

@@ -206,8 +206,11 @@ class DbResult:
             return "; ".join(self.notes)
         parts = ", ".join(f"{k}: {v}" for k, v in sorted(self.invalid.items()))
         timed = sum(v for k, v in self.invalid.items() if "repeated" not in k and "STRING_IDS" not in k)
-        head = (f"{timed} kernels with invalid times kept for the kernel set, excluded from timings"
-                if timed else "repeated rows dropped")
+        dangling = max((v for k, v in self.invalid.items() if k.endswith("not in STRING_IDS")), default=0)
+        heads = ([f"{timed} kernels with invalid times kept for the kernel set, excluded from timings"] if timed else [])
+        heads += ([f"{dangling} kernels name a STRING_IDS id that does not exist (name or op type unknown)"]
+                  if dangling else [])
+        head = "; ".join(heads) or "repeated rows dropped"
         return "; ".join([*self.notes, f"{head} ({parts})"])
 
 

@@ -110,6 +110,23 @@ class KernelStrings:
         self._undo += [f"DROP TYPE IF EXISTS {ty}" for ty in types.values()]
         self.joins = "\n".join(joins)
 
+    #: (alias, source table, column) of the ids whose dangling rows are counted (:meth:`dangling`)
+    COUNTED = (("kernel_name", "COMPUTE_TASK_INFO", "name"), ("raw_op", "COMPUTE_TASK_INFO", "opType"),
+               ("accel", "COMPUTE_TASK_INFO", "taskType"), ("tt", "TASK", "taskType"))
+
+    def dangling(self, con, files: Dict[str, Path]) -> Dict[str, int]:
+        """``{"COMPUTE_TASK_INFO.name id not in STRING_IDS": kernels, …}``: kernels whose name, op type or
+        task type id has no ``STRING_IDS`` row (the kernel would show op type ``None`` with capture
+        health "ok"). Call after :meth:`build`; columns with no dangling id are left out."""
+        out: Dict[str, int] = {}
+        for a, table, col in self.COUNTED:
+            key, idcol = DECODED[a][0], DECODED[a][1]
+            n = con.execute(f'SELECT count(*) FROM read_parquet({sql_str(files[key])}, hive_partitioning=false) b '
+                            f'WHERE b."{idcol}" IS NOT NULL AND b."{idcol}" NOT IN (SELECT id FROM ksid)').fetchone()[0]
+            if n:
+                out[f"{table}.{col} id not in STRING_IDS"] = int(n)
+        return out
+
     def drop(self, con) -> None:
         """Drop the lookup tables, variables and ENUM types (tables and variables before the types)."""
         for stmt in self._undo:

@@ -189,6 +189,7 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                     invalid[f"{table} repeated rows (kept once)"] = dropped
             invalid.update(timing_counts(con, files["task"], files["cti"], bound))
             dec.build(con, files)
+            invalid.update(dec.dangling(con, files))   # names / op types that decode to NULL: counted, said
             j = dec.expr
             by_order = links_missing(con, files["task"])
             if by_order:

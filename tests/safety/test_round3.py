@@ -340,3 +340,75 @@ def test_sqlite_uri_quotes_every_uri_character(tmp_path):
     with pytest.raises(sqlite3.Error):
         sqlite_ro(d / "missing.db")
     assert sorted(x.name for x in d.iterdir()) == ["x.db"]   # read-only open creates nothing
+
+
+# ------------------------------------------------------------------ 5. silent wrong data is counted and said
+
+@pytest.mark.parametrize("column", ["opType", "name", "both"])
+def test_dangling_string_ids_are_counted_invalid(built, tmp_path, column):
+    po = tmp_path / "po"
+    shutil.copytree(built["po"], po)
+    c = sqlite3.connect(_train_db(po))
+    cols = ["opType", "name"] if column == "both" else [column]
+    ids = set()
+    for col in cols:
+        ids |= {r[0] for r in c.execute(f"SELECT {col} FROM COMPUTE_TASK_INFO GROUP BY {col} ORDER BY count(*) DESC LIMIT 2")}
+    want = {col: c.execute(f"SELECT count(*) FROM COMPUTE_TASK_INFO WHERE {col} IN ({','.join(map(str, ids))})")
+            .fetchone()[0] for col in cols}
+    c.executemany("DELETE FROM STRING_IDS WHERE id = ?", [(i,) for i in ids])
+    c.commit()
+    c.close()
+    lake = tmp_path / "lake"
+    r = _invoke("ingest", po, "--run-id", "d", "--lake", lake)
+    assert r.exit_code == 0, r.output
+    assert "name a STRING_IDS id that does not exist" in r.output, r.output
+    inv = [json.loads(v) for (v,) in _parquet(lake, "captures", "d", "invalid_rows") if v]
+    assert inv, "dangling ids not counted in captures.invalid_rows"
+    for col, n in want.items():
+        assert inv[0][f"COMPUTE_TASK_INFO.{col} id not in STRING_IDS"] == n
+
+
+def _mini_pair(tmp_path):
+    import torch
+    from msprobe_mini import write_dump, write_map
+
+    x = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    ents = [("Module.m.A.Lin.forward.0", None, {"output": [x]}), ("Module.m.B.Lin.forward.0", None, {"output": [x * 2]})]
+    train, infer = write_dump(tmp_path / "train", ents), write_dump(tmp_path / "infer", ents)
+    sel = lambda m: {"module": m, "io": "output", "index": 0}  # noqa: E731
+    mp = write_map(tmp_path / "mini.yaml", [{"name": n, "op": "matmul", "inputs": [], "train": sel(m), "infer": sel(m)}
+                                            for n, m in (("a", "m.A.Lin"), ("b", "m.B.Lin"))])
+    return train, infer, mp
+
+
+@pytest.mark.parametrize("declared", ["torch.float16", "torch.bfloat16", "torch.int8"])
+def test_pt_dtype_other_than_dump_json_is_said(tmp_path, declared):
+    train, infer, mp = _mini_pair(tmp_path)
+    p = train / "dump.json"
+    d = json.loads(p.read_text())
+    d["data"]["Module.m.B.Lin.forward.0"]["output"][0]["dtype"] = declared
+    p.write_text(json.dumps(d))
+    out = tmp_path / "out"
+    r = _invoke("dumps", "analyze", "--train", train.parents[1], "--infer", infer.parents[1], "--map", mp,
+                "--out", out, "--no-charts")
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "warning: train: 1 .pt file(s) hold another dtype than dump.json declares" in flat, r.output
+    assert f"dump.json {declared}, file torch.float32" in flat
+    assert "than dump.json declares" in (out / "alignment_report.md").read_text(encoding="utf-8")
+
+
+def test_dumps_analyze_build_leaves_runs_and_trends_current(lake_copy, tmp_path):
+    train, infer, mp = _mini_pair(tmp_path)
+    r = _invoke("runs", "--json", "--lake", lake_copy)   # the warehouse is current and read
+    assert r.exit_code == 0 and [x["run_id"] for x in json.loads(r.output)["runs"]] == ["r1"], r.output
+    r = _invoke("dumps", "analyze", "--train", train.parents[1], "--infer", infer.parents[1], "--map", mp,
+                "--out", tmp_path / "out", "--no-charts", "--run-id", "d2", "--lake", lake_copy, "--build")
+    assert r.exit_code == 0, r.output
+    from tilake.lake.registry import warehouse_is_current
+    from tilake.lake.store import Lake
+    assert warehouse_is_current(Lake(lake_copy))
+    r = _invoke("runs", "--json", "--lake", lake_copy)
+    assert r.exit_code == 0 and [x["run_id"] for x in json.loads(r.output)["runs"]] == ["r1", "d2"], r.output
+    r = _invoke("trend", "-m", "difference_points", "--by", "none", "--no-chart", "--json", "--lake", lake_copy)
+    assert r.exit_code == 0 and [p["last_run_id"] for s in json.loads(r.output)["series"] for p in s["points"]] == ["d2"], r.output
