@@ -103,14 +103,19 @@ def atomic_write_bytes(path: PathLike, data: bytes, mkdir: bool = True) -> Path:
     Args:
         mkdir: create the parent folder first.
     Raises:
-        OSError: the folder cannot be created or written (callers turn it into a TilakeError
-        naming their file).
+        TilakeError: ``path`` is a FIFO/device (:func:`check_regular_target`); the folder cannot be
+        created or written, the disk is full (``cannot write the file: No space left on device``,
+        naming ``path``; the OSError is its ``__cause__``, so a lake write still maps to the lake's
+        own line). The target is left as it was and no temp file remains.
     """
     path = Path(path)
-    if mkdir:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
+    try:
+        if mkdir:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+    except OSError as exc:
+        raise TilakeError(f"cannot write the file: {exc.strerror or exc}", path=path) from exc
     return path
 
 

@@ -242,8 +242,13 @@ class Lake:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
                 raise LakeBusyError(f"another tilake writer is using this lake (pid {holder}); "
                                     "wait for it to finish and retry", path=self.root)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            except OSError as exc:   # a full disk (ENOSPC) or quota: the pid cannot be written
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                raise TilakeError(f"cannot take the writer lock: {_WRITE_ERRNOS.get(exc.errno, exc.strerror or exc)}; "
+                                  "the lake is unchanged", path=self.root) from exc
             try:
                 yield
             except Exception as exc:   # a full disk or read-only lake mid-write: one line naming the lake

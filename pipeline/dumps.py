@@ -171,8 +171,11 @@ def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
     """
     try:
         instr = json.loads(Path(instruction).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TilakeError(f"cannot read stub instruction: {exc}", path=instruction)
+    except (OSError, ValueError, RecursionError) as exc:   # ValueError: bad JSON or not UTF-8
+        raise TilakeError(f"cannot read stub instruction: {str(exc)[:200] or type(exc).__name__}", path=instruction)
+    if not isinstance(instr, dict):
+        raise TilakeError("the stub instruction is not a JSON object (write it with tilake dumps analyze)",
+                          path=instruction)
     if not instr.get("needed"):
         raise TilakeError("the stub instruction says no further round is needed: " + str(instr.get("reason")),
                           path=instruction)

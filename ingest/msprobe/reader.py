@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -132,8 +133,25 @@ def _read_json(p: Path, what: str) -> Any:
             return json.load(fh)
     except json.JSONDecodeError as exc:
         raise TilakeError(f"{what} is not valid JSON (line {exc.lineno}: {exc.msg})", path=p)
+    except UnicodeDecodeError as exc:   # random bytes: say where, in the file's terms
+        raise TilakeError(f"{what} is not UTF-8 text ({_bad_bytes(p, exc)})", path=p) from None
+    except RecursionError:   # e.g. 200,000 nested arrays: no msprobe dump nests more than a few levels
+        raise TilakeError(f"{what} nests too deeply to be an msprobe dump (more than "
+                          f"{sys.getrecursionlimit()} levels of arrays/objects)", path=p) from None
     except OSError as exc:
         raise TilakeError(f"cannot read {what}: {exc.strerror}", path=p)
+
+
+def _bad_bytes(p: Path, exc: UnicodeDecodeError) -> str:
+    """``"line L, byte offset B: b'…'"`` of the first bytes of ``p`` that are not UTF-8 (the decoder's
+    own ``start`` counts from its read buffer, not the file)."""
+    data = Path(p).read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        return f"line {line}, byte offset {e.start}: {data[e.start:e.start + 4]!r}"
+    return exc.reason
 
 
 class DumpSide:

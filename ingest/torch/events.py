@@ -147,6 +147,28 @@ def _ns(x) -> Optional[int]:
     return None if x is None else round(float(x) * 1000)
 
 
+def _event_ns(e: dict, key: str, idx: int, path: Path) -> Optional[int]:
+    """``e[key]`` (µs) as integer ns, or None when absent.
+
+    Raises:
+        TilakeError: not a number, not finite, or beyond 2**62 ns (year 2116): names the
+            event (index in ``traceEvents``, name, ``ph``) and the field, not the staging CSV.
+    """
+    x = e.get(key)
+    if x is None:
+        return None
+    try:
+        v = float(x)
+        ns = round(v * 1000)
+    except (TypeError, ValueError, OverflowError):
+        ns = None
+    if ns is None or abs(ns) > (1 << 62):
+        raise TilakeError(f"traceEvents[{idx - 1}] (name {str(e.get('name'))[:80]!r}, ph {e.get('ph')!r}): "
+                          f"{key} {str(x)[:40]} µs is not a trace time (not finite or past 2**62 ns)",
+                          path=path)
+    return ns
+
+
 def _s(x) -> Optional[str]:
     """A name on one CSV line (DuckDB's parallel CSV reader needs rows without embedded newlines)."""
     return x.replace("\n", " ").replace("\r", " ") if isinstance(x, str) else x
@@ -184,7 +206,7 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
                 cat = CATEGORY.get(raw_cat, raw_cat or "uncategorised")
                 counts[cat] += 1
                 name = e.get("name")
-                ts, dur = _ns(e.get("ts")), _ns(e.get("dur")) or 0
+                ts, dur = _event_ns(e, "ts", idx, path), _event_ns(e, "dur", idx, path) or 0
                 if ts is not None:
                     lo = ts if lo is None or ts < lo else lo
                     hi = ts + dur if hi is None or ts + dur > hi else hi

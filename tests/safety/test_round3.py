@@ -412,3 +412,93 @@ def test_dumps_analyze_build_leaves_runs_and_trends_current(lake_copy, tmp_path)
     assert r.exit_code == 0 and [x["run_id"] for x in json.loads(r.output)["runs"]] == ["r1", "d2"], r.output
     r = _invoke("trend", "-m", "difference_points", "--by", "none", "--no-chart", "--json", "--lake", lake_copy)
     assert r.exit_code == 0 and [p["last_run_id"] for s in json.loads(r.output)["series"] for p in s["points"]] == ["d2"], r.output
+
+
+# ------------------------------------------------------------------ 6. one error line, naming the file and where
+
+def _enospc(*_a, **_k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("command", ["ingest", "build", "rm"])
+def test_disk_full_while_taking_the_lock(built, lake_copy, monkeypatch, command):
+    before = tree_digest(lake_copy, skip=(".lock",))
+    monkeypatch.setattr(os, "pwrite", _enospc)
+    args = {"ingest": ["ingest", built["po"], "--run-id", "r2"], "build": ["build"], "rm": ["runs", "rm", "r1"]}[command]
+    r = _invoke(*args, "--lake", lake_copy)
+    line = one_error_line(r.output)
+    assert r.exit_code == 2 and "writer lock" in line and "no space left on device" in line and str(lake_copy) in line
+    monkeypatch.undo()
+    assert tree_digest(lake_copy, skip=(".lock",)) == before
+    r = _invoke("runs", "--lake", lake_copy)   # the lock was released: the lake still works
+    assert r.exit_code == 0 and "r1" in r.output
+
+
+def test_disk_full_in_atomic_write_bytes(built, tmp_path, monkeypatch):
+    from pathlib import Path as P
+    from tilake.files import atomic_write_bytes
+
+    real = P.write_bytes
+
+    def full(self, data):
+        if ".tmp" in self.name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(P, "write_bytes", full)
+    target = tmp_path / "keep.json"
+    target.write_text("old")
+    with pytest.raises(TilakeError, match="No space left on device") as e:
+        atomic_write_bytes(target, b"new")
+    assert str(target) in str(e.value) and target.read_text() == "old"
+    assert [x.name for x in tmp_path.iterdir()] == ["keep.json"]
+    out = tmp_path / "out"
+    r = _invoke("report", "r1", "--out", out, "--lang", "en", "--lake", built["lake"])
+    line = one_error_line(r.output)
+    assert r.exit_code == 2 and "No space left on device" in line and str(out) in line, line
+
+
+def _one_rank_dump(tmp_path: Path, data: bytes) -> Path:
+    d = tmp_path / "bad" / "step0" / "rank0"
+    d.mkdir(parents=True)
+    (d / "dump.json").write_bytes(data)
+    return d.parents[1]
+
+
+@pytest.mark.parametrize("kind", ["random", "bad_utf8_line", "deep_list", "deep_object"])
+def test_dump_json_of_random_bytes_or_deep_nesting_ends_in_one_line(tmp_path, kind):
+    train, infer, mp = _mini_pair(tmp_path)
+    data = {"random": bytes(range(128, 256)) * 40,
+            "bad_utf8_line": b'{"task": "tensor",\n "level": "L0",\n "data": {"x\xff": {}}}',
+            "deep_list": b'{"data": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+            "deep_object": b'{"data": ' + b'{"a":' * 200_000 + b"1" + b"}" * 200_000 + b"}"}[kind]
+    bad = _one_rank_dump(tmp_path, data)
+    r = _invoke("dumps", "analyze", "--train", bad, "--infer", infer.parents[1], "--map", mp,
+                "--out", tmp_path / "out", "--no-charts")
+    line = one_error_line(r.output)
+    assert r.exit_code == 2 and str(bad / "step0" / "rank0" / "dump.json") in line, line
+    if kind == "bad_utf8_line":
+        assert "not UTF-8" in line and "line 3" in line, line
+    elif kind.startswith("deep"):
+        assert "nests too deeply" in line, line
+    r = _invoke("dumps", "probe", "--train", bad)
+    assert r.exit_code == 2 and one_error_line(r.output)
+
+
+@pytest.mark.parametrize("value", ["1e300", "-1e300", "4.7e15", "\"abc\""])
+def test_torch_trace_with_an_impossible_time_names_the_event(tmp_path, value):
+    import gzip
+    src = Path(__file__).resolve().parents[1] / "data" / "torch_cpu_trace" / "prof_rank-0.json.gz"
+    text = gzip.open(src).read().decode("utf-8")
+    d = json.loads(text)
+    ev = [i for i, e in enumerate(d["traceEvents"]) if e.get("ph") == "X"]
+    k = ev[len(ev) // 2]
+    name = d["traceEvents"][k]["name"]
+    d["traceEvents"][k]["dur"] = "@@DUR@@"
+    p = tmp_path / "prof_rank-0.json"
+    p.write_text(json.dumps(d).replace('"@@DUR@@"', value))
+    r = _invoke("ingest", "--train", p, "--infer", p, "--run-id", "t", "--lake", tmp_path / "lake")
+    line = one_error_line(r.output)
+    assert r.exit_code == 2 and str(p) in line and f"traceEvents[{k}]" in line and repr(name)[:40] in line, line
+    assert "temp" not in line and "line 3" not in line
+    assert not (tmp_path / "lake" / "raw").exists() or not list((tmp_path / "lake" / "raw").rglob("run_id=t"))
