@@ -106,12 +106,13 @@ class _Group(click.Group):
     line and exit status 2."""
 
     def invoke(self, ctx):
-        from tilake.reports.run_console import quiet_broken_pipe   # `tilake … | head`: exit 0 quietly
-        from tilake.pipeline.failures import error_line, sigterm_as_interrupt; sigterm_as_interrupt()  # noqa: E702
-        try:
+        try:   # the imports too: a Ctrl-C while they run is one line, not click's "Aborted!"
+            from tilake.reports.run_console import quiet_broken_pipe   # `tilake … | head`: exit 0 quietly
+            from tilake.pipeline.failures import sigterm_as_interrupt; sigterm_as_interrupt()  # noqa: E702
             with quiet_broken_pipe():
                 return super().invoke(ctx)
         except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
+            from tilake.pipeline.failures import error_line
             line = error_line(exc, ctx.invoked_subcommand)
             if line is None:
                 raise

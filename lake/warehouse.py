@@ -173,6 +173,69 @@ def _held_dbt_output():
         logging.raiseExceptions = old
 
 
+class InterruptGuard:
+    """Record every Ctrl-C (SIGINT, and SIGTERM where the CLI maps it to Ctrl-C) while a build runs.
+
+    dbt runs nodes on worker threads, and the ``KeyboardInterrupt`` Python raises in the main
+    thread can be lost on the way: DuckDB turns it into its own ``InterruptException`` inside a
+    query (dbt then records one failed or even ignored statement), dbt's result classes turned it
+    into a "Compilation Error … quote_policy" once, and in 2 of 8 tries the build finished and was
+    swapped in. The guard's handler sets :attr:`hit` before raising, so :func:`build_swapped` checks
+    the flag, not the exception, before it swaps; inside :meth:`deferred` (checkpoint + swap) the
+    handler only records. SIGINT left ignored (``nohup``, a background job) stays ignored; off the
+    main thread the guard does nothing.
+    """
+
+    _active: List["InterruptGuard"] = []
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._defer = False
+        self._old: Dict[int, object] = {}
+
+    @classmethod
+    def any_hit(cls) -> bool:
+        """True when a guard now entered has recorded a Ctrl-C."""
+        return any(g.hit for g in cls._active)
+
+    def _handler(self, signum, frame) -> None:
+        self.hit = True
+        if not self._defer:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "InterruptGuard":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old = signal.getsignal(sig)
+                # SIG_IGN: the user asked to ignore it; SIG_DFL SIGTERM: the process dies, nothing to swap
+                if callable(old) and old not in (signal.SIG_IGN, signal.SIG_DFL):
+                    self._old[sig] = old
+                    signal.signal(sig, self._handler)
+        InterruptGuard._active.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+        if self in InterruptGuard._active:
+            InterruptGuard._active.remove(self)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Within the block a Ctrl-C sets :attr:`hit` and raises nothing."""
+        self._defer = True
+        try:
+            yield
+        finally:
+            self._defer = False
+
+
 class DbtInterrupted(TilakeError):
     """Ctrl-C while dbt built the warehouse (the built copy is discarded, so the warehouse is as it was)."""
 
@@ -365,8 +428,8 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
                 res = dbtRunner(callbacks=[meter]).invoke(args)
             finally:
                 meter.close()
-    if isinstance(res.exception, KeyboardInterrupt):   # dbt catches Ctrl-C and hands it back
-        raise _interrupted(lake) from None
+    if isinstance(res.exception, KeyboardInterrupt) or InterruptGuard.any_hit():   # dbt hands Ctrl-C back, or lost it
+        raise _interrupted(lake) from None   # dbt's held output (its traceback of the interrupt) is dropped
     failed = _disk_failure(lake, res)   # full disk / read-only lake: one line naming the lake
     if failed is not None:
         raise failed from res.exception
@@ -541,20 +604,30 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
         TilakeError: dbt could not start; DbtInterrupted: Ctrl-C (nothing swapped in);
         LakeBusyError: another writer holds the lake.
     """
-    with lake.writing():                                      # 1 lock, 2 ensure
+    with lake.writing(), InterruptGuard() as guard:           # 1 lock, 2 ensure
         work = lake.root / ".build"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         try:
             tmp = _copy(lake, work)                           # 3 copy
             prof = _swap_profile(lake, tmp)                   # 4 profile
-            res = dbt_build(lake, select=select, full_refresh=full_refresh, progress=progress,
-                            extra=["--profiles-dir", str(prof), *(extra or [])])   # 5 dbt
+            try:
+                res = dbt_build(lake, select=select, full_refresh=full_refresh, progress=progress,
+                                extra=["--profiles-dir", str(prof), *(extra or [])])   # 5 dbt
+            except Exception:
+                if guard.hit:   # the Ctrl-C became another error inside dbt or DuckDB
+                    raise _interrupted(lake) from None
+                raise
+            if guard.hit:       # dbt or DuckDB swallowed the Ctrl-C: the flag did not
+                raise _interrupted(lake)
             if not res.success or not tmp.exists():   # any error or failing test: the lake stays as it was
                 res.suspects = suspect_runs(lake, tmp, res)
                 return res
-            _checkpoint(tmp)                                  # 6 checkpoint
-            _swap(tmp, lake.warehouse)                        # 7 swap
+            with guard.deferred():                            # a Ctrl-C from here on is only recorded
+                _checkpoint(tmp)                              # 6 checkpoint
+                if guard.hit:
+                    raise _interrupted(lake)
+                _swap(tmp, lake.warehouse)                    # 7 swap: the build is done
             return res
         except KeyboardInterrupt:                             # before the swap: the warehouse is as it was
             raise _interrupted(lake) from None

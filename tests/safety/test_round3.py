@@ -502,3 +502,86 @@ def test_torch_trace_with_an_impossible_time_names_the_event(tmp_path, value):
     assert r.exit_code == 2 and str(p) in line and f"traceEvents[{k}]" in line and repr(name)[:40] in line, line
     assert "temp" not in line and "line 3" not in line
     assert not (tmp_path / "lake" / "raw").exists() or not list((tmp_path / "lake" / "raw").rglob("run_id=t"))
+
+
+# ------------------------------------------------------------------ 7. Ctrl-C during tilake build: a real SIGINT
+
+_CHILD = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)\n"   # own handler: the
+          "from tilake.cli import main; sys.argv = ['tilake'] + sys.argv[1:]; main()\n")      # suite may run under nohup
+
+
+def _wh_digest(lake: Path) -> str:
+    import hashlib
+    return hashlib.sha256((lake / "warehouse.duckdb").read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("at", ["start", "1", "third", "two_thirds", "last_but_one", "last"])
+def test_real_sigint_during_build_never_swaps_a_half_build(lake_copy, at):
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    before = _wh_digest(lake_copy)
+    env = {**os.environ, "TILAKE_DBT_PROGRESS": "verbose"}
+    p = subprocess.Popen([sys.executable, "-c", _CHILD, "build", "--full-refresh", "--lake", str(lake_copy)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    out, sent_at = [], None
+    if at == "start":   # while the warehouse is copied / dbt loads the project: before any node
+        deadline = time.monotonic() + 120
+        while not (lake_copy / ".build").exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        p.send_signal(signal.SIGINT)
+        sent_at = (0, 0)
+    for line in p.stdout:
+        out.append(line)
+        m = re.match(r"dbt build: (\d+) of (\d+) nodes", line)
+        if m and sent_at is None:
+            n, total = int(m.group(1)), int(m.group(2))
+            goal = {"1": 1, "third": total // 3, "two_thirds": 2 * total // 3, "last_but_one": total - 1,
+                    "last": total}[at]
+            if n >= goal:
+                p.send_signal(signal.SIGINT)
+                sent_at = (n, total)
+    rc = p.wait(timeout=300)
+    text = "".join(out)
+    assert sent_at is not None, text
+    swapped = _wh_digest(lake_copy) != before
+    assert "Traceback" not in text
+    if rc == 0:   # only a signal after dbt's last node may miss the build: then it is whole and swapped
+        assert at == "last" and swapped, (sent_at, text[-2000:])
+    else:
+        assert rc == 2 and not swapped, (sent_at, text[-2000:])
+        assert text.strip().splitlines()[-1] == f"error: {lake_copy}: interrupted during dbt build; the lake is unchanged"
+        assert not (lake_copy / ".build").exists()
+    r = _invoke("build", "--lake", lake_copy)   # the lake builds again afterwards
+    assert r.exit_code == 0, r.output
+
+
+def test_interrupt_guard_records_what_dbt_swallows(tmp_path, monkeypatch):
+    """The guard's flag, not the exception, decides: a Ctrl-C that dbt or DuckDB turned into a
+    success (or into another error) still stops the swap."""
+    import signal
+    from dbt.cli.main import dbtRunner, dbtRunnerResult
+    from tilake.lake.store import Lake
+    from tilake.lake.warehouse import DbtInterrupted, build_swapped
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        monkeypatch.setattr(signal, "getsignal", lambda s: signal.default_int_handler)   # nohup: test the guard anyway
+
+    def swallowing(self, args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)   # a real signal, delivered to this (main) thread
+            for _ in range(1000):
+                pass
+        except KeyboardInterrupt:
+            pass                                  # what a broad except in a library does
+        return dbtRunnerResult(success=True, result=None)
+
+    monkeypatch.setattr(dbtRunner, "invoke", swallowing)
+    lake = Lake(tmp_path / "lake")
+    with pytest.raises(DbtInterrupted):
+        build_swapped(lake)
+    assert not lake.warehouse.exists() and not (lake.root / ".build").exists()
+    assert signal.getsignal(signal.SIGINT) is not None

@@ -175,7 +175,10 @@ def test_ctrl_c_stops_the_run_and_keeps_the_log(tmp_path):
     s = tmp_path / "r.sh"
     flag = tmp_path / "started.flag"
     s.write_text(f'echo started\ntouch {flag}\nsleep 60\n')
-    prog = ("import sys, json; from pathlib import Path; from tilake.ingest.scan.run import run_script\n"
+    # the child sets its own SIGINT handler: under nohup or a background CI runner SIGINT is inherited
+    # as ignored (SIG_IGN) and Python would keep ignoring it
+    prog = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "import sys, json; from pathlib import Path; from tilake.ingest.scan.run import run_script\n"
             f"r = run_script(Path({str(s)!r}), [], {{'PATH': '/usr/bin:/bin'}}, Path({str(tmp_path / 'po' / 'run.log')!r}))\n"
             "print('RESULT', json.dumps([r.interrupted, r.reason]))\n")
     p = subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE, text=True)
