@@ -29,7 +29,8 @@ def error_line(exc: BaseException, command: Optional[str] = None) -> Optional[st
     if isinstance(exc, ModuleNotFoundError):
         if exc.name != "torch":
             return None
-        return f"this command needs PyTorch: pip install 'tilake[{'torch' if command == 'example' else 'dumps'}]'"
+        return (f"this command needs PyTorch: pip install '.[{'torch' if command == 'example' else 'dumps'}]' "
+                "(in the tilake source folder)")
     if type(exc).__name__ == "OutOfMemoryException":
         first = str(exc).splitlines()[0] if str(exc) else "out of memory"
         return (f"DuckDB ran out of memory under the limit {settings.memory_limit()} ({first}); "

@@ -81,7 +81,7 @@ def test_dump_commands_without_torch_say_what_to_install(no_torch_example):
                         (["example", "--backend", "torch", "--out", str(tmp / "t")], "torch")):
         r = _tilake(args, env, tmp)
         assert r.returncode == 2, (args, r.stderr[-2000:])
-        assert r.stderr.strip().splitlines() == [f"error: this command needs PyTorch: pip install 'tilake[{extra}]'"]
+        assert r.stderr.strip().splitlines() == [f"error: this command needs PyTorch: pip install '.[{extra}]' (in the tilake source folder)"]
 
 
 def test_torch_is_an_extra_not_a_dependency():
