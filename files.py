@@ -23,12 +23,14 @@ from tilake.errors import TilakeError
 PathLike = Union[str, Path]
 
 
-def check_out_dir(out_dir: Path, lake_root: Optional[PathLike] = None) -> Path:
+def check_out_dir(out_dir: Path, lake_root: Optional[PathLike] = None, create: bool = True) -> Path:
     """Create ``out_dir`` and prove it is writable before any work starts.
 
     Args:
         lake_root: the lake; an ``out_dir`` at or below it is refused (reports written into
             ``raw/<table>/`` break every reader of that table).
+        create: False only checks where it is (nothing is created: the caller creates it once
+            its input is known to exist).
     Raises:
         TilakeError: it is inside the lake, or cannot be created or written.
     """
@@ -38,6 +40,8 @@ def check_out_dir(out_dir: Path, lake_root: Optional[PathLike] = None) -> Path:
         if where == root or root in where.parents:
             raise TilakeError("the output folder is inside the lake; choose a folder outside it "
                               f"(lake: {lake_root})", path=out_dir)
+    if not create:
+        return out_dir
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = out_dir / f".tilake-write-test-{os.getpid()}"

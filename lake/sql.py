@@ -240,6 +240,10 @@ def query(lake: Lake, sql: str, allow_external_access: bool = False) -> Tuple[Li
         con.close()
 
 
+# DESCRIBE / SHOW / SUMMARIZE (after leading comments): valid as a subquery, not inside COPY ( … )
+_SHOW_LIKE = re.compile(r"^(?:\s*(?:--[^\n]*\n|/\*.*?\*/))*\s*(?:DESCRIBE|DESC|SHOW|SUMMARIZE)\b", re.I | re.S)
+
+
 def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: bool = False) -> int:
     """Write the result of one SELECT to ``output`` as csv (header), json (array) or parquet.
 
@@ -272,6 +276,8 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
                 "parquet": "FORMAT parquet"}[fmt]
         output.parent.mkdir(parents=True, exist_ok=True)
         body = stmts[0].query.strip().rstrip(";")
+        if _SHOW_LIKE.match(body):   # COPY (DESCRIBE t) is a parser error; a subquery of it is not
+            body = f"SELECT * FROM ({body})"
         try:
             con.execute(f"COPY ({body}\n) TO {sql_str(tmp)} ({opts})")
             n = con.execute(f"SELECT count(*) FROM ({body}\n)").fetchone()[0]

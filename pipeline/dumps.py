@@ -119,6 +119,8 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], dict(card or {}))
     lake = Lake(lake_path) if run_id else None
     with contextlib.ExitStack() as held:
+        if lake is not None:   # first: a read-only or busy lake is said before the analysis, not after it
+            held.enter_context(lake.writing())   # one lock, one ensure: lake rows, then the dump marts
         prog, cb = _progress() if show_progress else (None, None)
         if prog:
             prog.start()
@@ -128,7 +130,6 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
             if lake is not None:
                 from tilake.diagnosis.lake_rows import write_lake
 
-                held.enter_context(lake.writing())   # one lock, one ensure: lake rows, then the dump marts
                 written = write_lake(lake, run_id, an, rins, card, cb)
         finally:
             if prog:

@@ -266,7 +266,7 @@ def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh")
     """``tilake report``: the operator diff report of ``run_id`` from the marts (see ``write_report``)."""
     from tilake.reports.op_diff import write_report
 
-    return write_report(lake.warehouse, run_id, check_out_dir(Path(out_dir), lake.root), lang)
+    return write_report(lake.warehouse, run_id, check_out_dir(Path(out_dir), lake.root, create=False), lang)
 
 
 def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,

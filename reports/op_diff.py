@@ -67,7 +67,19 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
         raise TilakeError(f"run {run_id!r} is not in the warehouse (ingest it, then `tilake build`)",
                           path=warehouse)
     facts["run"] = facts["run"][0]
+    for side in ("train", "infer"):   # source notes (Megatron, vLLM paths) only for a backend that is known
+        if not backend_known(facts["run"], side):
+            for r in facts["comparison"]:
+                r[f"{side}_code_path"] = r[f"{side}_code_function"] = None
     return facts
+
+
+def backend_known(run: Dict[str, Any], side: str) -> bool:
+    """True when the run names (``runs.<side>_backend``) or the captures show
+    (``<side>_backend_detected``) the framework of ``side``; the source-path notes of models/ are
+    written for those frameworks, so a plain job with an unknown backend gets none."""
+    return any(str(run.get(k) or "").strip().lower() not in ("", "unknown", "none")
+               for k in (f"{side}_backend", f"{side}_backend_detected"))
 
 
 def grade_span(grade: str, lang: str = "zh", side: Optional[str] = None) -> str:
@@ -97,8 +109,9 @@ def ops_text(ops: Optional[List[str]], calls: Optional[List[int]], with_counts: 
 
 
 def calls_text(calls: Optional[List[int]]) -> str:
-    """``6484+2712`` or ``672``; '0' when the side has none."""
-    return "+".join(str(c) for c in calls) if calls else "0"
+    """The side's call count as one number (``9196`` for ops of 6484 and 2712 calls; the per-op split is
+    in the ops cell, ``Add(6484)+RmsNorm(2712)``); '0' when the side has none."""
+    return str(sum(int(c or 0) for c in calls)) if calls else "0"
 
 
 def code_path(r: Dict[str, Any], side: str, lang: str = "zh") -> str:
@@ -289,7 +302,9 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
                        ops_text=ops_text, calls_text=calls_text,
                        code_path=lambda r, s: code_path(r, s, lang),
                        steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
-                       steps_note=lambda: steps_note(lang))
+                       steps_note=lambda: steps_note(lang),
+                       # the "‡ differs from the seed's example table" footnote belongs to the bundled example only
+                       seed_example=str(facts["run"].get("collection_method") or "").startswith("bundled synthetic"))
     env.filters["key_rows"] = key_rows
     by_side = {"train": [o for o in facts["side_ops"] if o["side"] == "train"],
                "infer": [o for o in facts["side_ops"] if o["side"] == "infer"]}
@@ -330,8 +345,8 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
         raise TilakeError(f"--lang must be zh or en, not {lang!r}")
     from tilake.files import check_out_dir
 
+    facts = load_facts(warehouse, run_id)   # first: an unknown run creates no --out folder
     out_dir = check_out_dir(Path(out_dir))
-    facts = load_facts(warehouse, run_id)
     chart = overview_png(facts, out_dir / "op_diff_overview.png", lang)
     md = render_markdown(facts, lang, chart.name if chart else None)
     report = out_dir / "train_infer_op_diff_report.md"
