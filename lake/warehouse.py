@@ -432,6 +432,8 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         raise _interrupted(lake) from None   # dbt's held output (its traceback of the interrupt) is dropped
     failed = _disk_failure(lake, res)   # full disk / read-only lake: one line naming the lake
     if failed is not None:
+        # dbt's compiled SQL and artifacts (MBs) would stay on the full disk: target/ is rebuilt by every run
+        shutil.rmtree(dbt_dir / "target", ignore_errors=True)
         raise failed from res.exception
     sys.stdout.write(held.getvalue())
     if res.exception is not None:

@@ -300,8 +300,13 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
     res.report_path, res.csv_path, res.grade_counts = pr.report_path, pr.csv_path, pr.grade_counts
     res.warnings = list(pr.warnings)
     grades = ", ".join(f"{g}: {n}" for g, n in sorted(pr.grade_counts.items())) or "no rows"
-    console.print(Panel(Text(f"run id: {rid}\nlake: {lake.root}\nreport: {pr.report_path}\nCSV: {pr.csv_path}\n"
-                             f"evidence: {pr.evidence}\nrows per grade: {grades}\nstatus: {pr.status}"),
+    evidence = ", ".join(f"{s} {e}" for s, e in sorted((pr.evidence or {}).items())) or "none"
+    files = [("report", pr.report_path), ("chart", pr.chart_path), ("CSV", pr.csv_path),
+             *(("ops", p) for p in pr.runtime_ops or []),
+             *((k, pr.outputs[k]) for k in ("html", "numeric_csv", "xlsx") if (pr.outputs or {}).get(k))]
+    listed = "\n".join(f"{k}: {p}" for k, p in files if p)   # every output written, one per line
+    console.print(Panel(Text(f"run id: {rid}\nlake: {lake.root}\n{listed}\n"
+                             f"evidence: {evidence}\nrows per grade: {grades}\nstatus: {pr.status}"),
                         title="stages 4–5 · report"))
     return res
 

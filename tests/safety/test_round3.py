@@ -663,3 +663,27 @@ def test_source_notes_only_for_a_known_backend(built, monkeypatch):
     facts = od.load_facts(wh, "r1")   # a plain job (a CNN) whose framework nobody named or detected
     assert not any(r["train_code_path"] or r["infer_code_path"] or r["train_code_function"] for r in facts["comparison"])
     assert "(source note)" not in " ".join(" ".join(x) for x in od.csv_rows(facts, "en"))
+
+
+def test_disk_full_build_leaves_no_dbt_target(lake_copy, monkeypatch):
+    import tilake.lake.warehouse as wh
+
+    monkeypatch.setattr(wh, "_disk_failure", lambda lake, res: TilakeError(
+        "cannot write to the lake: no space left on device; the lake was left as it was", path=lake.root))
+    before = (lake_copy / "warehouse.duckdb").read_bytes()
+    r = _invoke("build", "--lake", lake_copy)
+    lines = [x for x in r.output.splitlines() if x.strip() and not x.startswith("dbt build: ")]   # progress is fine
+    assert r.exit_code == 2 and len(lines) == 1 and "no space left on device" in lines[0], r.output
+    assert not (lake_copy / ".dbt" / "target").exists() and not (lake_copy / ".build").exists()
+    assert (lake_copy / "warehouse.duckdb").read_bytes() == before
+
+
+def test_scan_from_output_lists_every_output_without_a_python_dict(built, tmp_path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["scan", "--from-output", str(built["po"]), "--run-id", "s1", "--lake",
+                                  str(tmp_path / "lake"), "--out", str(out), "--lang", "en"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "{'" not in r.output and "evidence: infer device, train device" in r.output, r.output
+    for name in ("train_infer_op_diff_report.md", "operator_diff_table.csv", "train_infer_op_diff_report.html",
+                 "operator_diff_table_numeric.csv", "operator_diff.xlsx", "op_diff_overview.png"):
+        assert name in r.output and (out / name).exists(), (name, r.output)
