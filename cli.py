@@ -112,8 +112,7 @@ class _Group(click.Group):
             with quiet_broken_pipe():
                 return super().invoke(ctx)
         except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
-            from tilake.pipeline.failures import error_line
-            line = error_line(exc, ctx.invoked_subcommand)
+            line = __import__("tilake.pipeline.failures", fromlist=["_"]).error_line(exc, ctx.invoked_subcommand)
             if line is None:
                 raise
             click.echo(f"error: {line}", err=True)
