@@ -60,4 +60,6 @@ def print_summary(res: Dict[str, Any]) -> None:
     for k, v in res["outputs"].items():
         con.print(f"  {k}: {v}", markup=False)
     if res.get("lake_rows"):
-        con.print(f"  lake rows: {res['lake_rows']}", markup=False)
+        rows = res["lake_rows"]   # {table: rows} as text, not a Python dict
+        text = ", ".join(f"{k} {v:,}" for k, v in rows.items()) if isinstance(rows, dict) else str(rows)
+        con.print(f"  lake rows: {text}", markup=False)

@@ -71,6 +71,7 @@ def test_dumps_analyze_build_leaves_runs_and_trends_current(lake_copy, tmp_path)
     from tilake.lake.registry import warehouse_is_current
     from tilake.lake.store import Lake
     assert warehouse_is_current(Lake(lake_copy))
+    assert "lake rows: tensor_stats " in r.output and "{'" not in r.output, r.output   # text, not a dict
     r = _invoke("runs", "--json", "--lake", lake_copy)
     assert r.exit_code == 0 and [x["run_id"] for x in json.loads(r.output)["runs"]] == ["r1", "d2"], r.output
     r = _invoke("trend", "-m", "difference_points", "--by", "none", "--no-chart", "--json", "--lake", lake_copy)
