@@ -32,3 +32,19 @@ def lake_copy(built, tmp_path) -> Path:
     dst = tmp_path / "lake"
     shutil.copytree(built["lake"], dst, symlinks=True)
     return dst
+
+
+@pytest.fixture()
+def pair(tmp_path):
+    """``(train rank folder, infer rank folder, map path)``: two identical msprobe dumps (msprobe_mini's
+    writer) of boundaries ``a`` (``m.A.Lin``) and ``b`` (``m.B.Lin``) and a map of both."""
+    import torch
+    from msprobe_mini import write_dump, write_map
+
+    x = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    ents = [("Module.m.A.Lin.forward.0", None, {"output": [x]}), ("Module.m.B.Lin.forward.0", None, {"output": [x * 2]})]
+    train, infer = write_dump(tmp_path / "train", ents), write_dump(tmp_path / "infer", ents)
+    sel = lambda m: {"module": m, "io": "output", "index": 0}  # noqa: E731
+    mp = write_map(tmp_path / "mini.yaml", [{"name": n, "op": "matmul", "inputs": [], "train": sel(m), "infer": sel(m)}
+                                            for n, m in (("a", "m.A.Lin"), ("b", "m.B.Lin"))])
+    return train, infer, mp

@@ -16,7 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from hostile import one_error_line, tree_digest
-from msprobe_mini import write_dump, write_map
+from msprobe_mini import write_dump
 
 from tilake.cli import main
 from tilake.errors import TilakeError
@@ -81,15 +81,7 @@ def test_runs_shows_markup_literally(built, tmp_path):
 
 # ------------------------------------------------------------------ 3. dump files stay inside the dump
 
-@pytest.fixture()
-def pair(tmp_path):
-    x = torch.arange(64, dtype=torch.float32).reshape(8, 8)
-    ents = [("Module.m.A.Lin.forward.0", None, {"output": [x]}), ("Module.m.B.Lin.forward.0", None, {"output": [x * 2]})]
-    train, infer = write_dump(tmp_path / "train", ents), write_dump(tmp_path / "infer", ents)
-    sel = lambda m: {"module": m, "io": "output", "index": 0}  # noqa: E731
-    mp = write_map(tmp_path / "mini.yaml", [{"name": n, "op": "matmul", "inputs": [], "train": sel(m), "infer": sel(m)}
-                                            for n, m in (("a", "m.A.Lin"), ("b", "m.B.Lin"))])
-    return train, infer, mp
+# the `pair` fixture (two-boundary msprobe dumps and their map) is in conftest.py
 
 
 def _set_data_name(dump_dir: Path, entry: str, name):

@@ -339,16 +339,3 @@ def test_sqlite_uri_quotes_every_uri_character(tmp_path):
     with pytest.raises(sqlite3.Error):
         sqlite_ro(d / "missing.db")
     assert sorted(x.name for x in d.iterdir()) == ["x.db"]   # read-only open creates nothing
-
-
-def _mini_pair(tmp_path):
-    import torch
-    from msprobe_mini import write_dump, write_map
-
-    x = torch.arange(64, dtype=torch.float32).reshape(8, 8)
-    ents = [("Module.m.A.Lin.forward.0", None, {"output": [x]}), ("Module.m.B.Lin.forward.0", None, {"output": [x * 2]})]
-    train, infer = write_dump(tmp_path / "train", ents), write_dump(tmp_path / "infer", ents)
-    sel = lambda m: {"module": m, "io": "output", "index": 0}  # noqa: E731
-    mp = write_map(tmp_path / "mini.yaml", [{"name": n, "op": "matmul", "inputs": [], "train": sel(m), "infer": sel(m)}
-                                            for n, m in (("a", "m.A.Lin"), ("b", "m.B.Lin"))])
-    return train, infer, mp

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from hostile import one_error_line, tree_digest
-from test_round3 import _invoke, _mini_pair, _parquet, _train_db
+from test_round3 import _invoke, _parquet, _train_db
 
 from tilake.cli import main
 from tilake.errors import TilakeError
@@ -45,8 +45,8 @@ def test_dangling_string_ids_are_counted_invalid(built, tmp_path, column):
 
 
 @pytest.mark.parametrize("declared", ["torch.float16", "torch.bfloat16", "torch.int8"])
-def test_pt_dtype_other_than_dump_json_is_said(tmp_path, declared):
-    train, infer, mp = _mini_pair(tmp_path)
+def test_pt_dtype_other_than_dump_json_is_said(pair, tmp_path, declared):
+    train, infer, mp = pair
     p = train / "dump.json"
     d = json.loads(p.read_text())
     d["data"]["Module.m.B.Lin.forward.0"]["output"][0]["dtype"] = declared
@@ -61,8 +61,8 @@ def test_pt_dtype_other_than_dump_json_is_said(tmp_path, declared):
     assert "than dump.json declares" in (out / "alignment_report.md").read_text(encoding="utf-8")
 
 
-def test_dumps_analyze_build_leaves_runs_and_trends_current(lake_copy, tmp_path):
-    train, infer, mp = _mini_pair(tmp_path)
+def test_dumps_analyze_build_leaves_runs_and_trends_current(pair, lake_copy, tmp_path):
+    train, infer, mp = pair
     r = _invoke("runs", "--json", "--lake", lake_copy)   # the warehouse is current and read
     assert r.exit_code == 0 and [x["run_id"] for x in json.loads(r.output)["runs"]] == ["r1"], r.output
     r = _invoke("dumps", "analyze", "--train", train.parents[1], "--infer", infer.parents[1], "--map", mp,
@@ -130,8 +130,8 @@ def _one_rank_dump(tmp_path: Path, data: bytes) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["random", "bad_utf8_line", "deep_list", "deep_object"])
-def test_dump_json_of_random_bytes_or_deep_nesting_ends_in_one_line(tmp_path, kind):
-    train, infer, mp = _mini_pair(tmp_path)
+def test_dump_json_of_random_bytes_or_deep_nesting_ends_in_one_line(pair, tmp_path, kind):
+    train, infer, mp = pair
     data = {"random": bytes(range(128, 256)) * 40,
             "bad_utf8_line": b'{"task": "tensor",\n "level": "L0",\n "data": {"x\xff": {}}}',
             "deep_list": b'{"data": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
@@ -271,11 +271,11 @@ def test_report_out_is_not_created_for_an_unknown_run(built, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def test_dumps_analyze_says_read_only_lake_before_analysing(tmp_path, monkeypatch):
+def test_dumps_analyze_says_read_only_lake_before_analysing(pair, tmp_path, monkeypatch):
     import tilake.diagnosis.analyze as A
     from tilake.lake.store import Lake
 
-    train, infer, mp = _mini_pair(tmp_path)
+    train, infer, mp = pair
     called = []
     monkeypatch.setattr(A, "analyze_pair", lambda *a, **k: called.append(1) or (_ for _ in ()).throw(AssertionError))
     lake = Lake(tmp_path / "lake")
