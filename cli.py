@@ -171,6 +171,17 @@ PROFILE_OPTIONS = [
                  help="key=value label stored with the run (repeatable)."),
     click.option("--allow-missing", is_flag=True,
                  help="Record sides without device evidence as evidence_missing instead of failing."),
+    click.option("--phases", default=None, metavar="SPEC",
+                 help="Phases compared: default = train:actor_log_prob,infer:prefill (the log-prob forward vs the "
+                      "rollout prefill); 'all' = every kernel; or side:phase items, e.g. train:update_actor,infer:decode "
+                      "(docs/phases.md)."),
+    click.option("--log", "log", type=click.Path(path_type=Path), default=None,
+                 help="The run's RL log (verl console log or JSONL, .gz ok): its train-rollout mismatch metrics "
+                      "(training/rollout_probs_diff_*, rollout_corr/*) are recorded with the run."),
+    click.option("--script", "script", type=click.Path(path_type=Path), default=None,
+                 help="The launch script: its switches (enforce_eager, TP/PP/EP, HCCL_DETERMINISTIC, ...) are recorded."),
+    click.option("--setting", "settings", multiple=True, type=KeyValue(),
+                 help="KEY=VALUE switch recorded with the run (repeatable), e.g. HCCL_DETERMINISTIC=true."),
     click.option("--memory-limit", envvar=settings.MEMORY_LIMIT, show_envvar=True, expose_value=False,
                  callback=lambda c, p, v: v and settings.set_memory_limit(v, c.get_parameter_source(p.name).name == "ENVIRONMENT"),
                  help="DuckDB memory limit, e.g. 2GB (default: RAM/4, <= 256MiB per core, 256MiB..8GiB)."),
@@ -188,13 +199,14 @@ def _profile_options(f):
 @_profile_options
 @LAKE_OPTION
 def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
-           allow_missing, lake_path):
+           allow_missing, phases, log, script, settings, lake_path):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
     from tilake.pipeline.profile import ingest_command
     from tilake.reports.run_console import print_ingest
 
     res = ingest_command(profiler_output, _lake(lake_path), run_id, train, infer, allow_missing,
-                         profiler_step=profiler_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
+                         profiler_step=profiler_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags,
+                         phases=phases, log=log, script=script, settings=settings)
     print_ingest(res)
 
 
@@ -247,7 +259,7 @@ def report(run_id, out_dir, lang, lake_path):
 @JSON_OPTION
 @_dbt_progress
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
-            allow_missing, out_dir, lang, lake_path, as_json):
+            allow_missing, phases, log, script, settings, out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
     from tilake.reports.run_console import finish
@@ -255,7 +267,8 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
     lake = _lake(lake_path)
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
                       progress=not as_json, profiler_step=profiler_step, model_id=model_id, model_family=model_family,
-                      model_path=model_path, step=step, tags=tags)
+                      model_path=model_path, step=step, tags=tags, phases=phases, log=log, script=script,
+                      settings=settings)
     sys.exit(finish(res, lake.root, as_json))
 
 
