@@ -473,7 +473,8 @@ def sql_cmd(query, fmt, output, max_rows, allow_external_access, lake_path) -> N
 @click.option("--metric", "-m", default=None, help="Trend name (reports/queries/trend_<name>.sql); --list shows them.")
 @click.option("--by", "by", default="model_family", show_default=True,
               help="Series: none, model_family, model_id, host, train_backend, infer_backend, kind, "
-                   "tool:<name>, tag:<key>, or several joined by commas.")
+                   "tool:<name>, tag:<key>, setting:<name> (a recorded switch, e.g. setting:HCCL_DETERMINISTIC), "
+                   "or several joined by commas.")
 @click.option("--x", "x", type=click.Choice(["run", "step", "created_at"]), default="run", show_default=True,
               help="x axis: registration order, training step or registration time.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -57,7 +57,8 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
     try:
         facts = {name: run_query(con, f"op_diff_{name}", run_id)
                  for name in ("run", "captures", "side_ops", "comparison", "call_stacks", "kernel_names",
-                              "uncategorized", "fused_matches", "categorisation")}
+                              "uncategorized", "fused_matches", "categorisation", "phase_scope", "phases",
+                              "metrics")}
     except Exception as exc:
         raise TilakeError(f"cannot read the marts ({str(exc).splitlines()[0]}); run `tilake build`",
                           path=warehouse) from exc
@@ -276,6 +277,42 @@ def overview_figure(facts: Dict[str, Any]):
     return fig
 
 
+def run_settings(run: Dict[str, Any]) -> Dict[str, Any]:
+    """``runs.settings`` JSON of a ``dim_runs`` row as ``{name: {value, source}}`` ({} when none or unreadable)."""
+    try:
+        v = json.loads(run.get("settings") or "{}")
+    except ValueError:
+        return {}
+    return {k: x for k, x in v.items() if isinstance(x, dict)} if isinstance(v, dict) else {}
+
+
+def run_tools(run: Dict[str, Any]) -> Dict[str, Any]:
+    """Recorded tool versions of a ``dim_runs`` row (``unknown`` and non-scalar entries left out)."""
+    try:
+        v = json.loads(run.get("tool_versions") or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(v, dict):
+        return {}
+    return {k: x for k, x in v.items() if isinstance(x, (str, int, float)) and str(x) not in ("", "unknown")}
+
+
+def metrics_text(rows: List[Dict[str, Any]], lang: str = "zh") -> str:
+    """One line of verl's mismatch metrics (``fct_run_metrics`` rows of the seed's metrics):
+    ``probs diff mean 0.000787, probs diff max 0.00278, …``; ``evidence_missing (<reason>)`` when none."""
+    known = [r for r in rows if r.get("display_order") is not None]
+    ok = [r for r in known if r.get("value") is not None]
+    if not ok:
+        why = next((r["reason"] for r in known if r.get("reason")), "no metrics")
+        return f"evidence_missing ({why})"
+    label = "label_zh" if lang == "zh" else "label_en"
+    parts = [f"{r.get(label) or r['metric']} {r['value']:.4g}" for r in ok]
+    missing = [r.get(label) or r["metric"] for r in known if r.get("value") is None]
+    if missing:
+        parts.append(f"evidence_missing: {', '.join(missing)}")
+    return ", ".join(parts)
+
+
 def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str] = None,
                     generated_at: Optional[str] = None) -> str:
     """Render the seven-section report (Chinese by default, ``lang='en'`` for English).
@@ -307,7 +344,9 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
         parallel = json.loads(rl.get("parallel_config") or "null")
     except ValueError:
         parallel = None
+    env.globals["metrics_text"] = lambda rows: metrics_text(rows, lang)
     return env.get_template("op_diff_report.md.j2").render(
+        settings=run_settings(rl), tools=run_tools(rl),
         lang=lang, f=facts, run=rl, by_side=by_side, stacks=stacks, counts=counts, chart=chart,
         ev={side: evidence_words(facts, side, lang) for side in ("train", "infer")},
         parallel=parallel, cfg={k: v for k, v in cfg.items() if not k.startswith("_") and k != "stage3"},
