@@ -49,7 +49,8 @@ left join op_types o on o.run_id = p.run_id and o.side = p.side and o.op_type = 
 {% endmacro %}
 
 {% macro tilake_dtype_sig(dtypes) -%}
-{#- A kernel's dtypes in short form: `DT_BF16;DT_BF16` → `bf16,bf16`; torch `["c10::BFloat16","float",""]` → `bfloat16,float`. -#}
+{#- A kernel's dtypes in short form: `DT_BF16;DT_BF16` → `bf16,bf16`;
+    torch `["c10::BFloat16","float",""]` → `bfloat16,float`. -#}
 nullif(array_to_string(list_filter(
     list_transform(string_split(regexp_replace(lower(coalesce({{ dtypes }}, '')), '[\[\]"]|dt_|c10::| ', '', 'g'),
                                 case when contains(coalesce({{ dtypes }}, ''), ';') then ';' else ',' end),
@@ -60,7 +61,8 @@ nullif(array_to_string(list_filter(
 {% macro tilake_format_sig(formats) -%}
 {#- A kernel's formats in short form: `FORMAT_ND;FORMAT_FRACTAL_NZ` → `ND,NZ`. -#}
 nullif(array_to_string(list_filter(
-    list_transform(string_split(regexp_replace(upper(coalesce({{ formats }}, '')), 'FORMAT_|FRACTAL_| |[\[\]"]', '', 'g'), ';'),
+    list_transform(string_split(
+                       regexp_replace(upper(coalesce({{ formats }}, '')), 'FORMAT_|FRACTAL_| |[\[\]"]', '', 'g'), ';'),
                    x -> nullif(x, '')),
     x -> x is not null and x not in ('N/A', 'NULL')), ','), '')
 {%- endmacro %}

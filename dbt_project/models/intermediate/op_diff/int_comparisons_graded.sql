@@ -113,7 +113,6 @@ select
     f.run_id, f.module,
     f.train_ops, f.train_op_calls, f.train_calls,
     f.infer_ops, f.infer_op_calls, f.infer_calls,
-    f.train_dur_ns, f.infer_dur_ns, f.train_ranks, f.infer_ranks,
     f.t_fused as train_fused, f.i_fused as infer_fused,
     f.joined_by,
     case when f.t_set is null and f.i_set is not null then 'infer'
@@ -122,9 +121,12 @@ select
     -- what differs inside the row, in words: the signatures (dtype/format/HF32) of op types both sides
     -- run, or the op versions only one side runs (same_base_op: MatMulV2 vs MatMulV3)
     case when b.rule_id = 'same_base_op' then
-             'train ' || coalesce(nullif(array_to_string(list_filter(f.t_set, x -> not list_contains(f.i_set, x)), ', '), ''), '—')
-             || ' vs infer ' || coalesce(nullif(array_to_string(list_filter(f.i_set, x -> not list_contains(f.t_set, x)), ', '), ''), '—')
+             'train ' || coalesce(nullif(array_to_string(
+                 list_filter(f.t_set, x -> not list_contains(f.i_set, x)), ', '), ''), '—')
+             || ' vs infer ' || coalesce(nullif(array_to_string(
+                 list_filter(f.i_set, x -> not list_contains(f.t_set, x)), ', '), ''), '—')
              || coalesce('; ' || f.signature_detail, '')
-         else f.signature_detail end as rule_detail
+         else f.signature_detail end as rule_detail,
+    f.train_dur_ns, f.infer_dur_ns, f.train_ranks, f.infer_ranks
 from flags f
 join best b using (run_id, module)

@@ -28,10 +28,12 @@ select
     case when len(t.formats) > 0 and len(i.formats) > 0 then t.formats <> i.formats end as format_differs,
     case when len(t.hf32) > 0 and len(i.hf32) > 0 then t.hf32 <> i.hf32 end as hf32_differs,
     -- "MatMulV2 bf16 ND vs MatMulV2 bf16 NZ" (one signature per side; several joined with |)
-    t.op_type || ' ' || coalesce(array_to_string(t.dtypes, '|'), '?') || ' ' || coalesce(array_to_string(t.formats, '|'), '')
+    t.op_type || ' ' || coalesce(array_to_string(t.dtypes, '|'), '?') || ' '
+        || coalesce(array_to_string(t.formats, '|'), '')
         || case when len(t.hf32) > 0 then ' HF32 ' || array_to_string(t.hf32, '|') else '' end
         || ' vs ' ||
-    i.op_type || ' ' || coalesce(array_to_string(i.dtypes, '|'), '?') || ' ' || coalesce(array_to_string(i.formats, '|'), '')
+    i.op_type || ' ' || coalesce(array_to_string(i.dtypes, '|'), '?') || ' '
+        || coalesce(array_to_string(i.formats, '|'), '')
         || case when len(i.hf32) > 0 then ' HF32 ' || array_to_string(i.hf32, '|') else '' end as signature_text
 from per_side t
 join per_side i on i.run_id = t.run_id and i.module = t.module and i.op_type = t.op_type

@@ -34,7 +34,8 @@ select
     case when b.train_tp is not null and b.infer_tp is not null and b.train_tp <> b.infer_tp
              then 'train TP ' || b.train_tp || ' on ' || coalesce(b.train_ranks::varchar, '?') || ' ranks, infer TP '
                   || b.infer_tp || ' on ' || coalesce(b.infer_ranks::varchar, '?')
-                  || ' ranks: figures are per rank; a TP-sharded op does 1/TP of the work per rank, so *_dur_ns_tp_norm '
+                  || ' ranks: figures are per rank; a TP-sharded op does 1/TP of the work per rank, '
+                  || 'so *_dur_ns_tp_norm '
                   || '(per rank × TP) compares the work of one model replica'
          when b.train_ranks is not null and b.infer_ranks is not null and b.train_ranks <> b.infer_ranks
              then 'train ' || b.train_ranks || ' ranks, infer ' || b.infer_ranks

@@ -28,7 +28,8 @@ select
     p.source_path, p.line_no, p.format,
     case when p.value is not null then 'ok' else 'evidence_missing' end as status,
     case when p.value is not null then null
-         when r.log_path is null then 'no RL log recorded with the run (tilake run --log FILE; tilake scan keeps its run.log)'
+         when r.log_path is null
+             then 'no RL log recorded with the run (tilake run --log FILE; tilake scan keeps its run.log)'
          else 'not in the RL log ' || r.log_path end as reason
 from wanted w
 join runs r using (run_id)
