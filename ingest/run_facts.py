@@ -76,11 +76,12 @@ def parse_phases(spec: Optional[str]) -> Optional[str]:
     return ",".join(items)
 
 
-def _open_text(path: Path):
+def _open_bytes(path: Path):
+    """Binary stream (gunzipped when gzip): lines split on ``\\n`` only, so line numbers are grep's
+    (progress bars in RL logs redraw with bare ``\\r``)."""
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8", errors="replace") if gz else open(
-        path, "r", encoding="utf-8", errors="replace")
+    return gzip.open(path, "rb") if gz else open(path, "rb")
 
 
 def _number(v: Any) -> Optional[float]:
@@ -112,9 +113,9 @@ def read_rl_metrics(path: Path) -> List[Dict[str, Any]]:
     path = Path(path)
     rows: List[Dict[str, Any]] = []
     try:
-        with _open_text(path) as f:
+        with _open_bytes(path) as f:
             for no, raw in enumerate(f, 1):
-                line = _ANSI.sub("", raw).strip()
+                line = _ANSI.sub("", raw.decode("utf-8", errors="replace")).strip()
                 if not line:
                     continue
                 if line.startswith("{"):

@@ -11,9 +11,13 @@ mods as (
     select distinct run_id, side, op_type, display_module as module from {{ ref('int_side_ops_fused_joined') }}
 ),
 per_side as (
+    -- the distinct dtypes / formats an op type runs with (a set: optional inputs change the arity of
+    -- the per-input lists, not the precision)
     select s.run_id, m.module, s.side, s.op_type,
-           list_sort(list(distinct s.input_dtypes) filter (where s.input_dtypes is not null)) as dtypes,
-           list_sort(list(distinct s.input_formats) filter (where s.input_formats is not null)) as formats,
+           list_sort(list_distinct(flatten(list(string_split(s.input_dtypes, ','))
+                                           filter (where s.input_dtypes is not null)))) as dtypes,
+           list_sort(list_distinct(flatten(list(string_split(s.input_formats, ','))
+                                           filter (where s.input_formats is not null)))) as formats,
            list_sort(list(distinct s.hf32_eligible) filter (where s.hf32_eligible is not null)) as hf32
     from sel s
     join mods m on m.run_id = s.run_id and m.side = s.side and m.op_type = s.op_type
@@ -27,14 +31,14 @@ select
     case when len(t.dtypes) > 0 and len(i.dtypes) > 0 then t.dtypes <> i.dtypes end as dtype_differs,
     case when len(t.formats) > 0 and len(i.formats) > 0 then t.formats <> i.formats end as format_differs,
     case when len(t.hf32) > 0 and len(i.hf32) > 0 then t.hf32 <> i.hf32 end as hf32_differs,
-    -- "MatMulV2 bf16 ND vs MatMulV2 bf16 NZ" (one signature per side; several joined with |)
-    t.op_type || ' ' || coalesce(array_to_string(t.dtypes, '|'), '?') || ' '
-        || coalesce(array_to_string(t.formats, '|'), '')
-        || case when len(t.hf32) > 0 then ' HF32 ' || array_to_string(t.hf32, '|') else '' end
+    -- "MatMulV2 bf16 ND vs MatMulV2 bf16 ND/NZ" (each side's distinct dtypes and formats joined with /)
+    t.op_type || ' ' || coalesce(nullif(array_to_string(t.dtypes, '/'), ''), '?') || ' '
+        || coalesce(array_to_string(t.formats, '/'), '')
+        || case when len(t.hf32) > 0 then ' HF32 ' || array_to_string(t.hf32, '/') else '' end
         || ' vs ' ||
-    i.op_type || ' ' || coalesce(array_to_string(i.dtypes, '|'), '?') || ' '
-        || coalesce(array_to_string(i.formats, '|'), '')
-        || case when len(i.hf32) > 0 then ' HF32 ' || array_to_string(i.hf32, '|') else '' end as signature_text
+    i.op_type || ' ' || coalesce(nullif(array_to_string(i.dtypes, '/'), ''), '?') || ' '
+        || coalesce(array_to_string(i.formats, '/'), '')
+        || case when len(i.hf32) > 0 then ' HF32 ' || array_to_string(i.hf32, '/') else '' end as signature_text
 from per_side t
 join per_side i on i.run_id = t.run_id and i.module = t.module and i.op_type = t.op_type
 where t.side = 'train' and i.side = 'infer'
