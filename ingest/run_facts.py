@@ -44,6 +44,21 @@ CONFIG_SETTINGS = {"rollout_enforce_eager": "enforce_eager", "train_tp": "train_
                    "train_ep": "train_ep", "train_cp": "train_cp", "infer_tp": "infer_tp", "infer_dp": "infer_dp",
                    "infer_ep": "infer_ep", "train_backend": "train_backend", "infer_backend": "infer_backend"}
 
+#: the command-line options of these facts (``tilake run`` / ``tilake ingest``), as ``click.option``
+#: arguments: the CLI builds them; ``--log``/``--script`` come as text, ``--setting`` as ``KEY=VALUE`` text
+#: (:func:`parse_setting_items`); tilake.pipeline.profile.facts_meta turns them into ``runs`` values
+FACT_OPTIONS = [
+    (("--phases",), {"metavar": "SPEC", "help": "Phases compared: default train:actor_log_prob,infer:prefill (the "
+                     "log-prob forward vs the rollout prefill); 'all'; or side:phase items, e.g. "
+                     "train:update_actor,infer:decode (docs/phases.md)."}),
+    (("--log",), {"metavar": "FILE", "help": "The run's verl log (console or JSONL, .gz ok): its train-rollout "
+                  "mismatch metrics (training/rollout_probs_diff_*, rollout_corr/*) are recorded with the run."}),
+    (("--script",), {"metavar": "FILE", "help": "The launch script: its switches (enforce_eager, TP/PP/EP, "
+                     "HCCL_DETERMINISTIC, ...) are recorded with the run."}),
+    (("--setting", "settings"), {"multiple": True, "metavar": "KEY=VALUE",
+                                 "help": "A switch recorded with the run (repeatable), e.g. HCCL_DETERMINISTIC=true."}),
+]
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PAIR = re.compile(r"^([A-Za-z_][\w/@.\-]*):(.*)$")
 
@@ -195,10 +210,19 @@ def settings_from_env(env: Mapping[str, str]) -> Dict[str, Dict[str, Any]]:
     return {k: {"value": env[k], "source": "environment"} for k in ENV_SETTINGS if k in env}
 
 
-def parse_setting_items(items: Iterable[Sequence[str]]) -> Dict[str, Dict[str, Any]]:
-    """``--setting KEY=VALUE`` pairs → settings (integers and true/false typed)."""
+def parse_setting_items(items: Iterable[Any]) -> Dict[str, Dict[str, Any]]:
+    """``--setting KEY=VALUE`` texts (or ``(key, value)`` pairs) → settings (integers and true/false typed).
+
+    Raises:
+        TilakeError: a text without ``=`` or with an empty key.
+    """
     out = {}
-    for k, v in items:
+    for item in items:
+        if isinstance(item, str):
+            if "=" not in item or not item.split("=", 1)[0].strip():
+                raise TilakeError(f"--setting expects KEY=VALUE, got {item!r}")
+            item = item.split("=", 1)
+        k, v = str(item[0]).strip(), str(item[1]).strip()
         val: Any = v
         if re.fullmatch(r"-?\d+", v):
             val = int(v)

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
+from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.tables import atomic_write, evidence_words, grade_label, row_key, side_op_records
 
 REPORT_NAME = "train_infer_op_diff_report.html"
@@ -57,8 +58,6 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
         parallel = json.loads(facts["run"].get("parallel_config") or "null")
     except ValueError:
         parallel = None
-    from tilake.reports.op_diff import metrics_text, run_settings, run_tools
-
     env.globals["metrics_text"] = lambda rows: metrics_text(rows, lang)
     return env.get_template("op_diff_report.html.j2").render(
         settings=run_settings(facts["run"]), tools=run_tools(facts["run"]), lang=lang, f=facts, run=facts["run"], rec=records, counts=counts, key_counts=key_counts,

@@ -38,7 +38,7 @@ def test_merge_replaces_by_key_and_adds_new_rows(tmp_path):
     _write(tmp_path / "grading_rules.csv", cols[::-1], [[r[c] for c in cols[::-1]] for r in (row, new)])
     text, counts = rules.merge_seed(SHIPPED, tmp_path / "grading_rules.csv")
     merged = list(csv.DictReader(text.splitlines()))
-    assert counts == {"rows": 13, "replaced": 1, "added": 1}
+    assert counts == {"rows": 16, "replaced": 1, "added": 1}
     assert [r["grade"] for r in merged if r["rule_id"] == "same_ops"] == ["yellow"]
     assert merged[-1]["rule_id"] == "my_rule" and list(merged[0]) == cols
 

@@ -126,6 +126,9 @@ def test_no_marks_compares_everything_and_says_so(lake):
     assert src == {"op_type", "none"}        # backward/optimizer kernels are still known by their op type
     md = write_report(lk.warehouse, "nomarks", tmp / "out-nomarks", "en")["report"].read_text(encoding="utf-8")
     assert "No phase marks (MSTX ranges / torch user annotations): every kernel is compared." in md
+    health = next(ln for ln in md.splitlines() if ln.startswith("Phase of each kernel"))
+    assert health.startswith("Phase of each kernel (how it is known; section 5): training: mark 0, op_type ")
+    assert health.endswith("— no phase marks (MSTX ranges / torch user annotations).")
 
 
 def test_a_format_difference_in_an_equal_row_gets_its_own_grade_and_reason(lake):
@@ -139,7 +142,7 @@ def test_a_format_difference_in_an_equal_row_gets_its_own_grade_and_reason(lake)
 
 
 def test_per_rank_figures_and_the_tp_note(lake):
-    lk, _ = lake
+    lk, tmp = lake
     note = mart(lk.root, "select parallel_note, ranks from fct_phase_scope where run_id = 'tp' and side = 'train'")[0]
     assert note[1] == 2 and note[0].startswith("train TP 1 on 2 ranks, infer TP 2 on 1 ranks: figures are per rank")
     calls, per_rank, ranks, dur, norm = mart(lk.root, "select train_calls, train_calls_per_rank, train_ranks, "
@@ -153,6 +156,12 @@ def test_per_rank_figures_and_the_tp_note(lake):
     layers = mart(lk.root, "select train_calls_per_rank_per_layer from fct_op_comparison "
                            "where run_id = 'marked' and module = 'attention'")
     assert layers[0][0] is None          # no num_layers recorded for this run: no per-layer figure
+    md = write_report(lk.warehouse, "tp", tmp / "out-tp-rank", "en")["report"].read_text(encoding="utf-8")
+    assert "### Per rank" in md and "- Different parallelism: train TP 1 on 2 ranks" in md
+    row = next(ln for ln in md.split("### Per rank")[1].splitlines() if ln.startswith("| Attention |"))
+    assert row.split(" | ")[1:4] == ["2", "1", f"{one[0][0]:.1f}"]
+    md1 = write_report(lk.warehouse, "marked", tmp / "out-m-rank", "en")["report"].read_text(encoding="utf-8")
+    assert "### Per rank" not in md1     # one rank each, no TP recorded: sums are per-rank figures
 
 
 def test_settings_in_runs_report_and_trend_by_setting(lake):
@@ -247,3 +256,16 @@ def test_versions_absent_stay_absent(tmp_path):
     (tmp_path / "profiler_info_0.json").write_text(json.dumps({"rank_id": 0}), encoding="utf-8")
     (tmp_path / "profiler_info_1.json").write_text("{not json", encoding="utf-8")
     assert versions_from_profiler_info([tmp_path, None]) == {}
+
+
+def test_settings_from_a_launch_script(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "data" / "verl_launch" / "grpo_qwen3_megatron_vllm_prof.sh"
+    meta = facts_meta(script=script, settings=[("HCCL_DETERMINISTIC", "true"), ("num_layers", "28")])
+    st = meta["settings"]
+    assert st["enforce_eager"]["value"] is True and st["graph_mode"]["value"] is False
+    assert st["enforce_eager"]["source"] == "launch script: override actor_rollout_ref.rollout.enforce_eager"
+    assert st["train_tp"]["value"] == 1 and st["infer_tp"]["value"] == 1
+    assert st["HCCL_DETERMINISTIC"] == {"value": True, "source": "--setting"} and st["num_layers"]["value"] == 28
+    assert meta["parallel_config"]["tp"] == 1 and meta["script_path"].endswith("grpo_qwen3_megatron_vllm_prof.sh")
+    with pytest.raises(TilakeError, match="launch script not found"):
+        facts_meta(script=tmp_path / "nope.sh")
