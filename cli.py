@@ -12,6 +12,7 @@ import click
 
 from tilake import settings
 from tilake.errors import TilakeError
+from tilake.ingest.run_facts import FACT_OPTIONS
 
 # --- parameter types: a bad value fails at the door with one `error:` line (datasette style) -----
 
@@ -169,8 +170,8 @@ PROFILE_OPTIONS = [
     click.option("--profiler-step", type=int, help="Count only profiler step N (ProfilerStep#N) on every rank."),
     click.option("--tag", "tags", multiple=True, type=KeyValue(),
                  help="key=value label stored with the run (repeatable)."),
-    click.option("--allow-missing", is_flag=True,
-                 help="Record sides without device evidence as evidence_missing instead of failing."),
+    click.option("--allow-missing", is_flag=True, help="Record sides without device evidence as evidence_missing instead of failing."),
+    *[click.option(*names, **kw) for names, kw in FACT_OPTIONS],   # --phases --log --script --setting
     click.option("--memory-limit", envvar=settings.MEMORY_LIMIT, show_envvar=True, expose_value=False,
                  callback=lambda c, p, v: v and settings.set_memory_limit(v, c.get_parameter_source(p.name).name == "ENVIRONMENT"),
                  help="DuckDB memory limit, e.g. 2GB (default: RAM/4, <= 256MiB per core, 256MiB..8GiB)."),
@@ -188,13 +189,13 @@ def _profile_options(f):
 @_profile_options
 @LAKE_OPTION
 def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
-           allow_missing, lake_path):
+           allow_missing, lake_path, **facts):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
     from tilake.pipeline.profile import ingest_command
     from tilake.reports.run_console import print_ingest
 
     res = ingest_command(profiler_output, _lake(lake_path), run_id, train, infer, allow_missing,
-                         profiler_step=profiler_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
+                         profiler_step=profiler_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags, **facts)
     print_ingest(res)
 
 
@@ -247,7 +248,7 @@ def report(run_id, out_dir, lang, lake_path):
 @JSON_OPTION
 @_dbt_progress
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
-            allow_missing, out_dir, lang, lake_path, as_json):
+            allow_missing, out_dir, lang, lake_path, as_json, **facts):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
     from tilake.reports.run_console import finish
@@ -255,7 +256,7 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
     lake = _lake(lake_path)
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
                       progress=not as_json, profiler_step=profiler_step, model_id=model_id, model_family=model_family,
-                      model_path=model_path, step=step, tags=tags)
+                      model_path=model_path, step=step, tags=tags, **facts)
     sys.exit(finish(res, lake.root, as_json))
 
 
@@ -459,8 +460,7 @@ def sql_cmd(query, fmt, output, max_rows, allow_external_access, lake_path) -> N
 @main.command("trend")
 @click.option("--metric", "-m", default=None, help="Trend name (reports/queries/trend_<name>.sql); --list shows them.")
 @click.option("--by", "by", default="model_family", show_default=True,
-              help="Series: none, model_family, model_id, host, train_backend, infer_backend, kind, "
-                   "tool:<name>, tag:<key>, or several joined by commas.")
+              help="Series: none, model_family, model_id, host, train_backend, infer_backend, kind, tool:<name>, tag:<key>, setting:<name> (a recorded switch), or several joined by commas.")
 @click.option("--x", "x", type=click.Choice(["run", "step", "created_at"]), default="run", show_default=True,
               help="x axis: registration order, training step or registration time.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,

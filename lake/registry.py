@@ -92,7 +92,7 @@ c as (
 ids as (select run_id from r union select run_id from d)
 select ids.run_id, r.run_id is not null as has_profile, d.run_id is not null as has_dumps,
        r.model_id, r.model_family, r.step, r.host, r.kind, r.tool_versions, r.tags,
-       coalesce(r.created_at, d.created_at) as created_at,
+       coalesce(r.created_at, d.created_at) as created_at, r.settings, r.phases,
        c.train_kernels, c.infer_kernels, c.captures, c.captures_not_usable,
        d.verdict as dump_verdict, d.consistency as dump_consistency
 from ids left join r using (run_id) left join d using (run_id) left join c using (run_id)
@@ -126,9 +126,14 @@ def tool_versions_of(tool_versions: Optional[str], tags: Optional[str]) -> Dict[
     return out
 
 
+def settings_of(settings: Optional[str]) -> Dict[str, Any]:
+    """``runs.settings`` JSON (``{name: {value, source}}``) → ``{name: value}`` (docs/phases.md)."""
+    return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in _json_obj(settings).items()}
+
+
 _WAREHOUSE_SQL = """
 select r.run_id, r.has_profile, r.has_dumps, r.model_id, r.model_family, r.step, r.host, r.kind,
-       r.tool_versions, r.tags, r.created_at,
+       r.tool_versions, r.tags, r.created_at, r.settings, r.phases,
        sum(h.kernels) filter (where h.side = 'train') as train_kernels,
        sum(h.kernels) filter (where h.side = 'infer') as infer_kernels,
        sum(h.captures) as captures,
@@ -191,6 +196,7 @@ def list_runs(lake: Lake, source: str = "auto") -> List[Dict[str, Any]]:
     Returns:
         dicts with ``run_id, has_profile, has_dumps, model_id, model_family, step, host, kind,
         tool_versions`` (dict, see :func:`tool_versions_of`), ``tags`` (dict, ``tool.*`` excluded),
+        ``settings`` (dict name → value, :func:`settings_of`), ``phases`` (None = default),
         ``created_at`` (naive UTC datetime), ``train_kernels, infer_kernels, captures,
         captures_not_usable, dump_verdict, dump_consistency``. Empty list for an empty/missing lake.
     Raises:
@@ -206,6 +212,7 @@ def list_runs(lake: Lake, source: str = "auto") -> List[Dict[str, Any]]:
     for r in rows:
         r["tool_versions"] = tool_versions_of(r.pop("tool_versions"), r.get("tags"))
         r["tags"] = {k: v for k, v in _json_obj(r.get("tags")).items() if not str(k).lower().startswith("tool.")}
+        r["settings"] = settings_of(r.get("settings"))
         # same fills as the dbt model int_runs_versioned: family from the model id, step from a tag
         if r["has_profile"] and (r["model_family"] or UNKNOWN) == UNKNOWN and (r["model_id"] or UNKNOWN) != UNKNOWN:
             r["model_family"] = model_family_for(None, r["model_id"])[0]

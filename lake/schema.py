@@ -78,6 +78,11 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("created_at", "TIMESTAMP", "UTC, naive"),
         ("rules", "VARCHAR", 'JSON {"dir","sha256","files"} of the user rules folder in force at ingest '
                              "(--rules / TILAKE_RULES / <lake>/rules); NULL: shipped rules only"),
+        ("phases", "VARCHAR", "phases compared (--phases): NULL = default (train:actor_log_prob,infer:prefill), "
+                              "'all', or 'side:phase,...' (docs/phases.md)"),
+        ("settings", "VARCHAR", 'JSON {"enforce_eager":..,"HCCL_DETERMINISTIC":..,"train_tp":..,...} of the switches '
+                                "that produced the kernels, each {value, source} (docs/phases.md)"),
+        ("log_path", "VARCHAR", "RL console log the run's metrics were read from (--log / the scan's run.log)"),
     )),
     RawTable("captures", "lake",
              "One row per ingested profiler source (DB file, text export, unparsed raw folder or torch trace) per side and rank.",
@@ -123,6 +128,7 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("step", "INTEGER", "profiler step (N of ProfilerStep#N) whose host range holds the launch; NULL: none"),
         ("match_confidence", "VARCHAR", "how host_op_id was found: connection (TASK.connectionId ⋈ CONNECTION_IDS) | "
                                         "name_order | order (no host links: launch order, kernel name) | NULL"),
+        ("hf32_eligible", "VARCHAR", "COMPUTE_TASK_INFO.hf32Eligible (YES | NO; CANN since 2025-06-20); NULL: not recorded"),
     )),
     RawTable("host_ops", "lake",
              "One row per framework op (PYTORCH_API type 50001) or host API statistic row.",
@@ -145,6 +151,14 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         *_SIDE_RANK,
         ("capture_id", "VARCHAR"), ("message", "VARCHAR"), ("start_ns", "BIGINT"),
         ("end_ns", "BIGINT"), ("global_tid", "BIGINT"),
+    )),
+    RawTable("run_metrics", "lake",
+             "One row per metric value the RL framework logged for the run (verl training/rollout_probs_diff_*, "
+             "rollout_corr/*, ...), read from its console log or JSONL.", (), _cols(
+        ("run_id", "VARCHAR"), ("step", "INTEGER", "RL step of the log line (verl step:N); NULL: none given"),
+        ("metric", "VARCHAR", "the logged key, e.g. training/rollout_probs_diff_mean"),
+        ("value", "DOUBLE"), ("source_path", "VARCHAR"), ("line_no", "BIGINT", "1-based line of the log"),
+        ("format", "VARCHAR", "console | jsonl"),
     )),
     RawTable("source_notes", "lake",
              "Per-family source-path notes (models/callstack_notes.yaml) recorded with the run.", (), _cols(

@@ -226,6 +226,51 @@ def run_meta(model_id: Optional[str] = None, model_family: Optional[str] = None,
     return meta
 
 
+def facts_meta(phases: Optional[str] = None, log: Optional[PathLike] = None, script: Optional[PathLike] = None,
+               settings: Sequence[Tuple[str, str]] = ()) -> Dict[str, Any]:
+    """``runs`` values for ``--phases``, ``--log``, ``--script`` and ``--setting`` (docs/phases.md).
+
+    Returns:
+        ``phases`` (validated, None = default), ``settings`` (``{name: {value, source}}`` from the launch
+        script, then ``--setting`` pairs), ``parallel_config`` from the script's TP/PP/EP, ``log_path`` and
+        ``_metrics`` (the log's mismatch metric rows, written to ``run_metrics``); keys without a value
+        are left out.
+    Raises:
+        TilakeError: unknown phase; the log or script is missing or unreadable (names the file).
+    """
+    from tilake.ingest import run_facts
+
+    out: Dict[str, Any] = {}
+    ph = run_facts.parse_phases(phases)
+    if ph is not None:
+        out["phases"] = ph
+    st: Dict[str, Any] = {}
+    if script is not None:
+        from tilake.ingest.scan.script import parse_script
+
+        if not Path(script).is_file():
+            raise TilakeError("launch script not found", path=Path(script))
+        parsed = parse_script(Path(script))
+        st.update(run_facts.settings_from_script(parsed))
+        out["script_path"] = str(Path(script).resolve())
+        c = parsed.config
+        out["parallel_config"] = {k: c.get(f"train_{k}") for k in ("tp", "pp", "ep", "cp")}
+        out["parallel_config"]["infer_tp"] = c.get("infer_tp")
+    st.update(run_facts.parse_setting_items(settings))
+    if st:
+        out["settings"] = st
+    if log is not None:
+        if not Path(log).is_file():
+            raise TilakeError("RL log not found", path=Path(log))
+        out["log_path"] = str(Path(log).resolve())
+        out["_metrics"] = run_facts.read_rl_metrics(Path(log))
+    return out
+
+
+def _facts(model: Dict[str, Any]) -> Dict[str, Any]:
+    return facts_meta(**{k: model.pop(k) for k in ("phases", "log", "script", "settings") if k in model})
+
+
 def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
                    train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
                    allow_missing: bool = False, progress: bool = True, profiler_step: Optional[int] = None,
@@ -234,15 +279,18 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
 
     Args:
         profiler_step: count only profiler step N (``--profiler-step``; ``--step`` is the RL step label).
-        model: :func:`run_meta` keyword arguments (model_id, model_family, model_path, step, tags).
+        model: :func:`run_meta` keyword arguments (model_id, model_family, model_path, step, tags) and
+            :func:`facts_meta`'s (phases, log, script, settings).
     Raises:
         TilakeError: bad id or captures (the lake is unchanged); LakeBusyError.
     """
     rid = resolve_run_id(run_id, profiler_output, train, infer)
+    facts = _facts(model)
     caps = collect_captures(Path(profiler_output) if profiler_output else None, train, infer)
     check_sides(caps, profiler_output, allow_missing)
     meta = run_meta(**model, collection_method=RECORDED,
                     source_path=source_description(profiler_output, train, infer))
+    meta.update(facts)
     with lake.writing():
         return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=progress,
                               profiler_step=profiler_step)
@@ -281,6 +329,8 @@ def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optiona
     rid = resolve_run_id(run_id, profiler_output, train, infer)
     if out_dir is None:
         out_dir = Path(profiler_output).resolve().parent if profiler_output else Path(".")
+    facts = _facts(model)
     meta = run_meta(**model, collection_method=RECORDED)
+    meta.update(facts)
     return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), meta, lang,
                        train, infer, allow_missing, progress=progress, profiler_step=profiler_step)

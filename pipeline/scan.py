@@ -38,6 +38,7 @@ from tilake.errors import TilakeError
 from tilake.lake.store import Lake, validate_run_id
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.ingest.scan.collect import STAGE3_FILE, Stage3, collect, write_stage3
+from tilake.ingest.run_facts import read_rl_metrics, settings_from_env, settings_from_script
 from tilake.ingest.scan.env import NO_NPU_MESSAGE, Check, check_environment, failed, tool_versions
 from tilake.ingest.scan.inject import (BLOCK_BEGIN, backup_script, check_writable, fs_read_only, plan_injection, unified_diff,
                           write_script)
@@ -106,6 +107,7 @@ def run_meta(parsed: Optional[ParsedScript], probe: Optional[NpuProbe], stage3: 
         rl["_hydra_overrides"] = c["hydra_overrides"]
         rl["_sources"] = dict(parsed.sources, model_family=fam_src)
         rl["_profiler"] = parsed.profiler
+        meta["settings"] = settings_from_script(parsed)
     if probe is not None:
         meta["tool_versions"] = tool_versions(probe)
     if stage3 is not None:
@@ -267,6 +269,8 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     if not seam.real:
         collection += f" — via {seam.name}, not an NPU"
     meta = run_meta(parsed, probe, st, collection, {"scan": "full", "npu_seam": seam.name})
+    # the environment the script ran with: its switches, unless the script sets them itself
+    meta["settings"] = {**settings_from_env(env or {}), **(meta.get("settings") or {})}
     return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress)
 
 
@@ -286,6 +290,11 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
         return res
     from tilake.pipeline.profile import run_profile
 
+    log = output_dir / "run.log"
+    if log.is_file() and "log_path" not in meta:
+        # the log of the run the scan started (stage 3 writes it here): verl's mismatch metrics
+        meta["log_path"] = str(log.resolve())
+        meta["_metrics"] = read_rl_metrics(log)
     try:
         pr = run_profile(output_dir, lake, rid, out_dir, run_meta=meta, lang=lang, allow_missing=True,
                          progress=progress)

@@ -23,6 +23,7 @@ from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
+from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.escape import csv_cell, markdown_env
 from tilake.reports.tables import ONE_SIDE_LABEL, evidence_words, one_side, row_key
 
@@ -57,7 +58,8 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
     try:
         facts = {name: run_query(con, f"op_diff_{name}", run_id)
                  for name in ("run", "captures", "side_ops", "comparison", "call_stacks", "kernel_names",
-                              "uncategorized", "fused_matches", "categorisation")}
+                              "uncategorized", "fused_matches", "categorisation", "phase_scope", "phases",
+                              "metrics")}
     except Exception as exc:
         raise TilakeError(f"cannot read the marts ({str(exc).splitlines()[0]}); run `tilake build`",
                           path=warehouse) from exc
@@ -322,7 +324,9 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
         parallel = json.loads(rl.get("parallel_config") or "null")
     except ValueError:
         parallel = None
+    env.globals["metrics_text"] = lambda rows: metrics_text(rows, lang)
     return env.get_template("op_diff_report.md.j2").render(
+        settings=run_settings(rl), tools=run_tools(rl),
         lang=lang, f=facts, run=rl, by_side=by_side, stacks=stacks, counts=counts, chart=chart,
         ev={side: evidence_words(facts, side, lang) for side in ("train", "infer")},
         parallel=parallel, cfg={k: v for k, v in cfg.items() if not k.startswith("_") and k != "stage3"},

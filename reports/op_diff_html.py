@@ -22,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from tilake.files import atomic_write_bytes
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
+from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.tables import evidence_words, grade_label, row_key, side_op_records
 
 REPORT_NAME = "train_infer_op_diff_report.html"
@@ -58,8 +59,9 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
         parallel = json.loads(facts["run"].get("parallel_config") or "null")
     except ValueError:
         parallel = None
+    env.globals["metrics_text"] = lambda rows: metrics_text(rows, lang)
     return env.get_template("op_diff_report.html.j2").render(
-        lang=lang, f=facts, run=facts["run"], rec=records, counts=counts, key_counts=key_counts,
+        settings=run_settings(facts["run"]), tools=run_tools(facts["run"]), lang=lang, f=facts, run=facts["run"], rec=records, counts=counts, key_counts=key_counts,
         ev={side: evidence_words(facts, side, lang) for side in ("train", "infer")}, grade_keys=list(grades), by_side=by_side, side_ops=side_ops,
         stacks={(s["side"], s["op_type"]): s for s in facts["call_stacks"]},
         parallel=parallel if isinstance(parallel, dict) else None,

@@ -166,6 +166,7 @@ def run_fields(r: Dict[str, Any]) -> Dict[str, str]:
             "step": _text(r.get("step")), "tools": ", ".join(shown), "host": _text(r.get("host")),
             "created (UTC)": r["created_at"].strftime("%Y-%m-%d %H:%M:%S") if r.get("created_at") else "",
             "tags": _text(r.get("tags") or {}),
+            "settings": _text(r.get("settings") or {}),
             "kernels train/infer": f"{r['train_kernels']}/{r['infer_kernels']}" if caps else "",
             "captures": caps, "dumps": _text(r.get("dump_verdict")) if r.get("has_dumps") else ""}
 
@@ -188,7 +189,7 @@ def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Pat
                       "add them; another lake: --lake DIR or TILAKE_LAKE)", soft_wrap=True, markup=False)
         return
     rows = [run_fields(r) for r in runs]
-    optional = {"step", "tools", "tags", "dumps", "model", "host"}
+    optional = {"step", "tools", "tags", "dumps", "model", "host", "settings"}
     cols = [c for c in rows[0] if c not in optional or any(row[c] for row in rows)]
     if console.width >= WIDE:
         t = Table(title=f"{len(runs)} run(s)")
@@ -209,7 +210,8 @@ def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Pat
                  " · ".join(v for v in (row["kernels train/infer"] and f"kernels train/infer {row['kernels train/infer']}",
                                         row["captures"] and f"captures {row['captures']}",
                                         row["dumps"] and f"dumps {row['dumps']}") if v),
-                 row["tools"] and f"tools: {row['tools']}", row["tags"] and f"tags: {row['tags']}"]
+                 row["tools"] and f"tools: {row['tools']}", row["settings"] and f"settings: {row['settings']}",
+                 row["tags"] and f"tags: {row['tags']}"]
         for line in filter(None, lines):
             console.print(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ",
                                         break_long_words=False, break_on_hyphens=False),

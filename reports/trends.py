@@ -14,7 +14,8 @@ the x axis by ``--x``:
 ``--by`` takes registry columns (``model_family``, ``model_id``, ``host``, ``train_backend``,
 ``infer_backend``, ``kind``), ``tool:<name>`` for a recorded tool version (``tool:vllm-ascend``,
 ``tool:torch-npu``, ``tool:cann``, ``tool:vllm``, ``tool:megatron-core``, ``tool:msprobe``,
-``tool:torch``), ``tag:<key>`` for a user tag, ``none`` for one series, or several joined by
+``tool:torch``), ``tag:<key>`` for a user tag, ``setting:<name>`` for a recorded switch
+(``setting:HCCL_DETERMINISTIC``, ``setting:enforce_eager``; docs/phases.md), ``none`` for one series, or several joined by
 commas (``model_family,tool:vllm-ascend``). Nothing the user types is pasted into SQL except
 through this whitelist (tag keys must match ``[A-Za-z0-9._-]+`` and are passed as parameters).
 
@@ -94,8 +95,16 @@ def by_expression(by: str) -> Tuple[str, List[str]]:
                 raise TilakeError(f"invalid tag key {key!r} for --by (letters, digits, '.', '_', '-')")
             parts.append("? || '=' || coalesce(json_extract_string(r.tags, ?), 'unknown')")
             params += [key, f'$."{key}"']
+        elif item.startswith("setting:"):
+            # a switch recorded with the run (runs.settings {name: {value, source}}; docs/phases.md)
+            key = item[8:].strip()
+            if not KEY_RE.match(key):
+                raise TilakeError(f"invalid setting name {key!r} for --by (letters, digits, '.', '_', '-')")
+            parts.append("? || '=' || coalesce(json_extract_string(r.settings, ?), 'unknown')")
+            params += [key, f'$."{key}".value']
         else:
-            raise TilakeError(f"unknown --by {item!r}: use none, {', '.join(BY_COLUMNS)}, tool:<name> or tag:<key>")
+            raise TilakeError(f"unknown --by {item!r}: use none, {', '.join(BY_COLUMNS)}, tool:<name>, "
+                              "tag:<key> or setting:<name>")
     if len(parts) == 1:
         return parts[0], params
     return "concat_ws(' · ', " + ", ".join(parts) + ")", params

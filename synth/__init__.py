@@ -6,7 +6,7 @@ Facade of the ``synth_*`` modules, plus a small CLI::
                                   [--level level0|level1|level2] [--seed N] [--layers N]
                                   [--unparsed-train-ranks I ...] [--infer-replicas N] [--schema 2025-01|8.5]
                                   [--block-columns blockDim|blockNum|block_dim] [--wal] [--session-end ok|null|zero]
-                                  [--no-stack] [--no-mstx]
+                                  [--no-stack] [--no-mstx] [--phase-marks mstx|verl]
     python -m tilake.synth big-db OUT.db --rows N
 
 What you get (see each module for the sources of every format fact):
@@ -177,6 +177,8 @@ def _cli(argv: Optional[list] = None) -> int:
     po.add_argument("--session-end", choices=SESSION_END_MODES, default="ok")
     po.add_argument("--no-stack", action="store_true", help="no PYTORCH_CALLCHAINS")
     po.add_argument("--no-mstx", action="store_true", help="no MSTX_EVENTS on the training DBs")
+    po.add_argument("--phase-marks", choices=("mstx", "verl"), default="mstx",
+                    help="verl: the range names of a real verl + vLLM run on both sides (docs/phases.md)")
     big = sub.add_parser("big-db", help="write a DB with N TASK + N COMPUTE_TASK_INFO rows")
     big.add_argument("out")
     big.add_argument("--rows", type=int, required=True)
@@ -189,7 +191,8 @@ def _cli(argv: Optional[list] = None) -> int:
                                      job=JobConfig(layers=a.layers), infer_replicas=a.infer_replicas,
                                      schema=a.schema, block_columns=a.block_columns, wal=a.wal,
                                      session_end=a.session_end, with_stack=not a.no_stack,
-                                     infer_with_stack=not a.no_stack, with_mstx=not a.no_mstx)
+                                     infer_with_stack=not a.no_stack, with_mstx=not a.no_mstx,
+                                     phase_marks=a.phase_marks)
             print(json.dumps({"root": r["root"], "train": [{k: e[k] for k in ("rank", "dir", "form", "db")}
                                                            for e in r["train"]],
                               "infer": [{k: e[k] for k in ("replica", "dir", "form", "db")} for e in r["infer"]],

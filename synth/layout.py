@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from tilake.synth.db import HCCL_GROUP, write_profiler_db
-from tilake.synth.population import infer_population, train_population
+from tilake.synth.population import PHASE_MARKS, infer_population, train_population, with_verl_marks
 from tilake.synth.records import HostOp, JobConfig, Kernel, Population
 from tilake.synth.text import write_text_export
 from tilake.synth.timeline import DEFAULT_START_NS, build_timeline
@@ -222,7 +222,7 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
                          session_end: str = "ok", with_stack: bool = True, with_mstx: bool = True,
                          infer_with_stack: bool = True, device_tables: str = "full",
                          attribution_probe: bool = True, host_name: str = "node-0",
-                         start_ns: Optional[int] = None) -> dict:
+                         start_ns: Optional[int] = None, phase_marks: str = "mstx") -> dict:
     """Write a verl ``profiler_output/`` folder for the reference job.
 
     Args:
@@ -241,6 +241,9 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
         attribution_probe: include the 0-kernel and 3-kernel probe host ops in the training population.
         host_name: worker name in folder names and HOST_INFO.
         start_ns: session start of rank 0 (default fixed).
+        phase_marks: ``mstx`` (default: the training DBs carry verl's worker-function MSTX ranges
+            ``compute_log_prob`` …, the inference DB none) or ``verl`` (the range names of a real verl +
+            vLLM run on both sides, :func:`tilake.synth.population.with_verl_marks`; docs/phases.md).
     Returns:
         ``{"root", "train": [per-rank dicts], "infer": [per-replica dicts], "expected": {...}}``; each
         rank dict has ``rank, dir, form, db`` (DB path or None), ``summary`` (the writer's summary;
@@ -256,8 +259,12 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
     if root.exists() and any(root.iterdir()):
         raise FileExistsError(f"{root} is not empty")
     j = job or JobConfig()
+    if phase_marks not in PHASE_MARKS:
+        raise ValueError(f"phase_marks must be one of {PHASE_MARKS}, got {phase_marks!r}")
     tpop = train_pop or train_population(j, attribution_probe=attribution_probe)
     ipop = infer_pop or infer_population(j)
+    if phase_marks == "verl":
+        tpop, ipop = with_verl_marks(tpop, ipop)
     t0 = start_ns if start_ns is not None else DEFAULT_START_NS
     db_opts = dict(schema=schema, block_columns=block_columns, wal=wal, session_end=session_end,
                    device_tables=device_tables)
@@ -284,7 +291,7 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
         rs = t0 + 500_000_000 + rep * 1_000_000
         pid = 3_267_657 + 31 * rep
         pt = root / f"agent_loop_rollout_replica_{rep}" / pt_dir_name(host_name, pid, rs)
-        write_raw(pt, ipop, rank=0, level=infer_level, export_type="text", msprof_tx=False,
+        write_raw(pt, ipop, rank=0, level=infer_level, export_type="text", msprof_tx=phase_marks == "verl",
                   with_stack=infer_with_stack, seed=seed + rep, start_ns=rs, db_options=db_opts, pid=pid,
                   host_name=host_name)
         entry = {"replica": rep, "rank": 0, "dir": str(pt), "form": infer_form, "db": None, "summary": None}

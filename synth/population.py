@@ -37,6 +37,12 @@ from tilake.synth.records import HostOp, JobConfig, Population, make_kernel, mak
 
 TRAIN_PHASES = ("generate_sequences", "compute_ref_log_prob", "compute_log_prob", "update_actor")
 INFER_PHASE = "generate_sequences"
+#: ``phase_marks="verl"``: the range names of a real verl 0.9.1 run (../shared/verl-cpu/traces: the FSDP
+#: worker's DistProfiler roles ``actor_compute_log_prob`` / ``actor_update``; verl's ref role
+#: ``ref_compute_log_prob``) in place of the worker-function MSTX names above
+VERL_ROLE_MARKS = {"compute_ref_log_prob": "ref_compute_log_prob", "compute_log_prob": "actor_compute_log_prob",
+                   "update_actor": "actor_update"}
+PHASE_MARKS = ("mstx", "verl")
 
 
 class _Builder:
@@ -270,3 +276,37 @@ def infer_population(job: Optional[JobConfig] = None) -> Population:
         if op.module == "sampling":
             op.direction = "sampling"
     return Population("infer", b.ops, (), j, "vllm")
+
+
+def with_verl_marks(train: Population, infer: Population) -> Tuple[Population, Population]:
+    """Copies of the populations with the phase ranges a real verl + vLLM run records
+    (``make_profiler_output(phase_marks="verl")``; docs/phases.md).
+
+    Training ops move to verl's role names (:data:`VERL_ROLE_MARKS`: ``actor_compute_log_prob``,
+    ``ref_compute_log_prob``, ``actor_update`` as in the real torch trace
+    ``../shared/verl-cpu/traces/actor-rollout_train_step1_rank0-of-1_*.json.gz``). Each inference engine
+    step (it starts with the embedding ``GatherV2``) gets vLLM's model-runner range
+    ``execute_context_<reqs>(<tokens>)_generation_0(0)`` (a prefill; the format of the real rollout trace
+    ``../shared/verl-cpu/traces/*.pt.trace.json.gz``), and one decode step is appended: a copy of the last
+    engine step named ``execute_context_0(0)_generation_<reqs>(<reqs>)`` (shapes kept from the prefill:
+    only the op types and the range matter). The inference DB then carries MSTX ranges too.
+    """
+    t, i = train.copy(), infer.copy()
+    for op in t.ops:
+        op.phase = VERL_ROLE_MARKS.get(op.phase, op.phase)
+    t.phases = tuple(VERL_ROLE_MARKS.get(p, p) for p in t.phases)
+    j = i.job
+    reqs = j.sequences // j.infer_steps or 1
+    prefill = f"execute_context_{reqs}({reqs * j.max_prompt_length})_generation_0(0)"
+    steps: List[List[HostOp]] = []
+    for op in i.ops:
+        if (op.module == "embedding" and any(k.op_type == "GatherV2" for k in op.kernels)) or not steps:
+            steps.append([])
+        steps[-1].append(op)
+        op.phase = prefill
+    decode = Population(i.side, list(steps[-1]), job=j).copy().ops if steps else []
+    for op in decode:
+        op.phase = f"execute_context_0(0)_generation_{reqs}({reqs})"
+    i.ops.extend(decode)
+    i.phases = (prefill, decode[0].phase) if decode else (prefill,)
+    return t, i

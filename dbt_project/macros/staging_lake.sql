@@ -13,7 +13,7 @@ select
     kernel_name, op_type, op_type_derived, accelerator, device_task_type,
     block_dim, input_shapes, input_dtypes, input_formats, output_shapes, output_dtypes,
     output_formats, connection_id, cann_api_name, host_op_id, host_op_name, callchain_id,
-    coalesce(call_count, 1) as call_count
+    coalesce(call_count, 1) as call_count, hf32_eligible
 from {{ rel }}
 {%- elif table == 'host_ops' -%}
 select
@@ -33,6 +33,9 @@ select
     profiler_level, schema_version, truncated, session_start_ns, session_end_ns, table_rows,
     kernel_count, host_op_count, status, reason, backend, step_source, steps_kept, invalid_rows
 from {{ rel }}
+{%- elif table == 'run_metrics' -%}
+select run_id, step, metric, value, source_path, line_no, format
+from {{ rel }}
 {%- elif table == 'source_notes' -%}
 select run_id, model_family, module, side, path, "function" as function_name, kernel
 from {{ rel }}
@@ -41,7 +44,7 @@ from {{ rel }}
 select
     run_id, model_id, coalesce(model_family, 'unknown') as model_family, step, script_path,
     collection_method, train_backend, infer_backend, parallel_config, rl_config, tool_versions,
-    tags, host, source_path, kind, created_at
+    tags, host, source_path, kind, created_at, phases, settings, log_path
 from {{ rel }}
 qualify row_number() over (partition by run_id order by created_at desc nulls last) = 1
 {%- else -%}

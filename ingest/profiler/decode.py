@@ -38,14 +38,14 @@ DECODED = {
     # the op type is the opType string unless it cleans to nothing, then the name-derived one (coalesce)
     "raw_op": ("cti", "c_raw_op", {"op": "CASE WHEN clean IS NULL THEN NULL ELSE value END"}, {"op": "op"}),
     "accel": ("cti", "c_accel", {"v": "clean"}, {"v": "accel"}),
-    **{a: ("cti", f"c_{a}", {"v": "clean"}, {"v": a}) for a in ("i_sh", "i_dt", "i_fm", "o_sh", "o_dt", "o_fm")},
+    **{a: ("cti", f"c_{a}", {"v": "clean"}, {"v": a}) for a in ("i_sh", "i_dt", "i_fm", "o_sh", "o_dt", "o_fm", "hf32")},
     "tt": ("task", "t_tt", {"v": "value"}, {"v": "tt"}),
 }
 """How each STRING_IDS key of a kernel is decoded (the kernel query reads ``expr["<alias>.<field>"]``)."""
 
 ENUM_COLUMNS = frozenset({"capture_id", "source_kind", "kernel_name", "op_type", "accelerator", "device_task_type",
                           "input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes",
-                          "output_formats"})
+                          "output_formats", "hf32_eligible"})
 """``kernels`` columns the compute query may yield as an ENUM of their strings (written as they come)."""
 
 

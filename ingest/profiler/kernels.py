@@ -162,11 +162,14 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
     if pr.has("COMPUTE_TASK_INFO") and pr.has("TASK"):
         cti = {c: (f'c."{c}"' if pr.has("COMPUTE_TASK_INFO", c) else "NULL")
                for c in ("name", "opType", "taskType", "inputShapes", "inputDataTypes", "inputFormats",
-                         "outputShapes", "outputDataTypes", "outputFormats")}
+                         "outputShapes", "outputDataTypes", "outputFormats", "hf32Eligible")}
         blk = f'c."{pr.block_column}"' if pr.block_column else "NULL"
         strings = {"kernel_name": "name", "raw_op": "opType", "accel": "taskType", "i_sh": "inputShapes",
                    "i_dt": "inputDataTypes", "i_fm": "inputFormats", "o_sh": "outputShapes",
-                   "o_dt": "outputDataTypes", "o_fm": "outputFormats"}
+                   "o_dt": "outputDataTypes", "o_fm": "outputFormats",
+                   # hf32Eligible: STRING_IDS key of 'YES'/'NO'/'N/A' (COMPUTE_TASK_INFO since 2025-06-20,
+                   # reference doc §2.5); NULL in older DBs
+                   "hf32": "hf32Eligible"}
         base_cols = ", ".join(f"{cti[col]} AS c_{a}" for a, col in strings.items())
         dump = writer.staging / f"_dump_{capture_id}"
         dump.mkdir(parents=True, exist_ok=True)
@@ -231,7 +234,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                                {j['tt.v']} AS device_task_type, {j['i_sh.v']} AS input_shapes,
                                {j['i_dt.v']} AS input_dtypes, {j['i_fm.v']} AS input_formats,
                                {j['o_sh.v']} AS output_shapes, {j['o_dt.v']} AS output_dtypes,
-                               {j['o_fm.v']} AS output_formats, {cann_val} AS cann_api_name, {host_pick}
+                               {j['o_fm.v']} AS output_formats, {j['hf32.v']} AS hf32_eligible,
+                               {cann_val} AS cann_api_name, {host_pick}
                         FROM b
                         {dec.joins}
                         {cann_join}
@@ -243,7 +247,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                            kernel_name, op_type, op_type_derived, accelerator, device_task_type, block_dim,
                            input_shapes, input_dtypes, input_formats, output_shapes, output_dtypes, output_formats,
                            NULLIF(connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, cann_api_name,
-                           host_op_id, host_op_name, callchain_id, 1 AS call_count, NULL AS step, match_confidence
+                           host_op_id, host_op_name, callchain_id, 1 AS call_count, NULL AS step, match_confidence,
+                           hf32_eligible
                     FROM k"""
                 n += writer.copy_query("kernels", sql, partition, strings=ENUM_COLUMNS)
         finally:
@@ -270,7 +275,8 @@ def write_kernels(con, pr, writer, partition: Dict, capture_id: str, invalid: Di
                    NULL AS output_shapes, NULL AS output_dtypes, NULL AS output_formats,
                    NULLIF(o.connectionId, CAST({INVALID} AS BIGINT)) AS connection_id, {cann_val} AS cann_api_name,
                    h.host_op_id, h.name AS host_op_name, h.callchain_id, 1 AS call_count, NULL AS step,
-                   CASE WHEN h.host_op_id IS NOT NULL THEN 'connection' END AS match_confidence
+                   CASE WHEN h.host_op_id IS NOT NULL THEN 'connection' END AS match_confidence,
+                   NULL AS hf32_eligible
             FROM s.COMMUNICATION_OP o {jn} {jt} {cann_join_o}
             LEFT JOIN conn_host h ON h.task_conn = o.connectionId"""
         n += writer.copy_query("kernels", sql, partition)

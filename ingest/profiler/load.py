@@ -35,6 +35,7 @@ from tilake.lake import schema
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.lake.rules import run_record as rules_run_record
+from tilake.ingest.run_facts import versions_from_profiler_info
 from tilake.lake.store import Lake, RunWriter
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
                           readable_copy, session_fields, sha256_file, table_rows_json)
@@ -460,6 +461,17 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             result.side_reason[side] = why
             if not allow_missing:
                 raise TilakeError(f"{side} side has no device evidence — {why}")
+        # torch_npu / CANN versions of the capture (profiler_info_*.json) where the caller recorded none
+        found = versions_from_profiler_info(c.pt_dir for c in captures)
+        if found:
+            tv = dict(meta.get("tool_versions") or {}) if isinstance(meta.get("tool_versions"), dict) else {}
+            for k, v in found.items():
+                if str(tv.get(k) or "unknown") == "unknown":
+                    tv[k] = v
+            meta["tool_versions"] = tv
+        metrics = meta.pop("_metrics", None) or []
+        if metrics:
+            w.write_rows("run_metrics", [dict(r, run_id=run_id) for r in metrics])
         meta.setdefault("host", socket.gethostname())
         meta.setdefault("rules", rules_run_record(lake.root))  # user rules in force (tilake.lake.rules)
         meta["created_at"] = datetime.now(timezone.utc).replace(tzinfo=None)

@@ -252,7 +252,8 @@ def load_text(text_dir: Path, writer, partition: Dict, capture_id: str,
                    {clean_text('input_formats')} AS input_formats, {clean_text('output_shapes')} AS output_shapes,
                    {clean_text('output_dtypes')} AS output_dtypes, {clean_text('output_formats')} AS output_formats,
                    NULL AS connection_id, NULL AS cann_api_name, NULL AS host_op_id, NULL AS host_op_name,
-                   NULL AS callchain_id, call_count, NULL AS step, NULL AS match_confidence
+                   NULL AS callchain_id, call_count, NULL AS step, NULL AS match_confidence,
+                   NULL AS hf32_eligible
             FROM "{tk}" """, partition)
     ops = host_op_rows(text_dir)
     nh = ns = 0

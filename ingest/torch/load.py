@@ -213,7 +213,7 @@ def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) 
                    o.dims AS input_shapes, o.types AS input_dtypes, NULL AS input_formats, NULL AS output_shapes,
                    NULL AS output_dtypes, NULL AS output_formats, k.corr AS connection_id, k.api AS cann_api_name,
                    o.idx AS host_op_id, o.name AS host_op_name, {ccol} AS callchain_id, 1 AS call_count, NULL AS step,
-                   CASE WHEN o.idx IS NOT NULL THEN 'connection' END AS match_confidence
+                   CASE WHEN o.idx IS NOT NULL THEN 'connection' END AS match_confidence, NULL AS hf32_eligible
             FROM "_trace_k_{tag}" k
             LEFT JOIN {first} f ON f.ext_id = k.link
             LEFT JOIN "{t['ops']}" o ON o.idx = f.idx {cc}""", partition)
@@ -239,7 +239,7 @@ def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) 
                    o.dims AS input_shapes, o.types AS input_dtypes, NULL AS input_formats, NULL AS output_shapes,
                    NULL AS output_dtypes, NULL AS output_formats, o.ext_id AS connection_id, NULL AS cann_api_name,
                    o.idx AS host_op_id, o.name AS host_op_name, {ccol} AS callchain_id, 1 AS call_count, NULL AS step,
-                   NULL AS match_confidence
+                   NULL AS match_confidence, NULL AS hf32_eligible
             FROM "{t['ops']}" o JOIN "_trace_leaf_{tag}" l ON l.idx = o.idx {cc}""", partition)
         kcount = f'(SELECT idx AS host_op_id, 1 AS n FROM "_trace_leaf_{tag}")'
     nh = writer.copy_query("host_ops", f"""

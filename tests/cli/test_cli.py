@@ -22,8 +22,8 @@ def test_example_prints_summary_and_writes_outputs(example):
     assert r.exit_code == 0, r.output
     assert "comparison rows per grade" in r.output
     lines = re.findall(r"│ ((?:🔴|🟠|🟡|🟢)[^│]*?)\s*│\s+(\d+) │", r.output)
-    assert lines == [("🔴 高差异 / high", "1"), ("🟠 中差异 / medium", "2"), ("🟡 低差异 / low", "2"),
-                     ("🟢 无差异 / none", "3"), ("🟢 训练独有 / training only", "4"),
+    assert lines == [("🔴 高差异 / high", "1"), ("🟠 中差异 / medium", "2"), ("🟡 低差异 / low", "3"),
+                     ("🟢 无差异 / none", "2"), ("🟢 训练独有 / training only", "4"),
                      ("🟢 推理独有 / inference only", "3")]   # one-side-only rows are never "none"
     assert "train: evidence = device" in r.output and "infer: evidence = device" in r.output
     for name in ("train_infer_op_diff_report.md", "operator_diff_table.csv", "megatron_runtime_ops.json",

@@ -47,7 +47,10 @@ def _ingest(lake: Lake, tmp: Path, run_id: str, family: str, step: int, vllm_asc
     llm_pair(tmp / run_id, tp, ip)
     caps = collect_captures(None, [tmp / run_id / "train"], [tmp / run_id / "infer"])
     meta = {"model_id": "Qwen/Qwen3-0.6B" if family == "qwen3" else "meta-llama/Llama-3.2-1B",
-            "model_family": family, "step": step, "tags": {"team": "rl"}}
+            "model_family": family, "step": step, "tags": {"team": "rl"},
+            # every kernel of the step (the synthetic DBs carry verl MSTX marks: the default would keep the
+            # actor log-prob forward only; docs/phases.md)
+            "phases": "all"}
     if via_tag:
         meta["tags"]["tool.vllm-ascend"] = vllm_ascend
     else:

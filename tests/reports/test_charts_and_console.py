@@ -112,8 +112,8 @@ def test_one_side_rows_and_summary_counts(example_run):
     _out, res = example_run
     assert res.one_side == {"green:train": 4, "green:infer": 3}
     rows = run_console.grade_rows(res.grade_counts, res.one_side)
-    assert rows == [("🔴 高差异 / high", 1), ("🟠 中差异 / medium", 2), ("🟡 低差异 / low", 2),
-                    ("🟢 无差异 / none", 3), ("🟢 训练独有 / training only", 4), ("🟢 推理独有 / inference only", 3)]
+    assert rows == [("🔴 高差异 / high", 1), ("🟠 中差异 / medium", 2), ("🟡 低差异 / low", 3),
+                    ("🟢 无差异 / none", 2), ("🟢 训练独有 / training only", 4), ("🟢 推理独有 / inference only", 3)]
     md = res.report_path.read_text(encoding="utf-8")
     kv = next(ln for ln in md.splitlines() if ln.startswith("| KV Cache |"))
     assert "🟢 推理独有</span>" in kv and "无差异" not in kv

@@ -9,6 +9,8 @@ per_side as (
            list(op_type order by calls desc, op_type) as ops,
            list(calls order by calls desc, op_type) as op_calls,
            sum(calls) as calls,
+           cast(sum(total_dur_ns) as bigint) as dur_ns,
+           max(ranks) as ranks,
            list_sort(list(distinct op_type)) as op_set,
            list_sort(list(distinct base_op)) as base_set,
            bool_or(fused) as has_fused,
@@ -40,6 +42,7 @@ joined as (
     select m.run_id, m.module,
            t.ops as train_ops, t.op_calls as train_op_calls, coalesce(t.calls, 0) as train_calls,
            i.ops as infer_ops, i.op_calls as infer_op_calls, coalesce(i.calls, 0) as infer_calls,
+           t.dur_ns as train_dur_ns, i.dur_ns as infer_dur_ns, t.ranks as train_ranks, i.ranks as infer_ranks,
            t.op_set as t_set, i.op_set as i_set, t.base_set as t_base, i.base_set as i_base,
            coalesce(t.has_fused, false) as t_fused, coalesce(i.has_fused, false) as i_fused,
            coalesce(t.n_unfused_base, 0) as t_unfused, coalesce(i.n_unfused_base, 0) as i_unfused,
@@ -55,17 +58,35 @@ joined as (
     left join side_equivs ie on ie.run_id = m.run_id and ie.side = 'infer'
     left join fused_pairs fp on fp.run_id = m.run_id and fp.module = m.module
 ),
+sigs as (
+    select run_id, module,
+           bool_or(coalesce(dtype_differs, false)) as dtype_differs,
+           bool_or(coalesce(format_differs, false)) as format_differs,
+           bool_or(coalesce(hf32_differs, false)) as hf32_differs,
+           string_agg(signature_text, '; ' order by op_type)
+               filter (where dtype_differs or format_differs or hf32_differs) as signature_detail
+    from {{ ref('int_op_signatures_compared') }}
+    group by run_id, module
+),
 flags as (
-    select *,
-        t_set is not null and i_set is not null as both_sides,
-        (t_set is null) <> (i_set is null) as one_side
-    from joined
+    select j.*,
+        j.t_set is not null and j.i_set is not null as both_sides,
+        (j.t_set is null) <> (j.i_set is null) as one_side,
+        coalesce(s.dtype_differs, false) as dtype_differs,
+        coalesce(s.format_differs, false) as format_differs,
+        coalesce(s.hf32_differs, false) as hf32_differs,
+        s.signature_detail
+    from joined j
+    left join sigs s using (run_id, module)
 ),
 rule_hits as (
     select f.run_id, f.module, r.rule_id, r.priority
     from flags f
     cross join {{ ref('grading_rules') }} r
     where case r.rule_id
+        when 'same_ops_dtype_differs' then f.both_sides and f.t_set = f.i_set and f.dtype_differs
+        when 'same_ops_hf32_differs' then f.both_sides and f.t_set = f.i_set and f.hf32_differs
+        when 'same_ops_format_differs' then f.both_sides and f.t_set = f.i_set and f.format_differs
         when 'same_ops' then f.both_sides and f.t_set = f.i_set
         when 'same_base_op' then f.both_sides and f.t_base = f.i_base
         when 'one_side_with_equiv' then f.one_side and len(list_intersect(
@@ -96,6 +117,16 @@ select
     f.joined_by,
     case when f.t_set is null and f.i_set is not null then 'infer'
          when f.i_set is null and f.t_set is not null then 'train' end as only_side,
-    b.rule_id
+    b.rule_id,
+    -- what differs inside the row, in words: the signatures (dtype/format/HF32) of op types both sides
+    -- run, or the op versions only one side runs (same_base_op: MatMulV2 vs MatMulV3)
+    case when b.rule_id = 'same_base_op' then
+             'train ' || coalesce(nullif(array_to_string(
+                 list_filter(f.t_set, x -> not list_contains(f.i_set, x)), ', '), ''), '—')
+             || ' vs infer ' || coalesce(nullif(array_to_string(
+                 list_filter(f.i_set, x -> not list_contains(f.t_set, x)), ', '), ''), '—')
+             || coalesce('; ' || f.signature_detail, '')
+         else f.signature_detail end as rule_detail,
+    f.train_dur_ns, f.infer_dur_ns, f.train_ranks, f.infer_ranks
 from flags f
 join best b using (run_id, module)

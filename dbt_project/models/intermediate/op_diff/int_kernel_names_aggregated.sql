@@ -1,19 +1,22 @@
--- grain: run × side × op_type × kernel_name: kernel rows summed over ranks. The only foundation model
--- that reads kernel rows; incremental by run (a run is read again only when it is new or re-ingested,
--- see macros/trends_incremental.sql), so adding one run to a lake of N reads one run's kernels.
+-- grain: run × side × op_type × kernel_name: kernel rows of the compared phases (int_phases_selected:
+-- by default the actor's log-prob forward and the rollout prefill) summed over ranks. Built from the
+-- phase aggregate (int_kernel_phases_aggregated, the only model reading kernel rows); incremental by run.
 {{ tilake_per_run_incremental('profile_registered_at', 'has_profile') }}
 {%- set due = tilake_todo_run_ids() %}
 select
     k.run_id, k.side, k.op_type, k.kernel_name,
     any_value(todo.registered_at) as registered_at,
-    sum(k.call_count) as calls,
-    count(*) as kernel_rows,
-    sum(coalesce(k.dur_ns, 0)) as total_dur_ns,
+    sum(k.calls) as calls,
+    sum(k.kernel_rows) as kernel_rows,
+    sum(k.total_dur_ns) as total_dur_ns,
     count(distinct k.rank) as ranks,
     bool_or(k.op_type_derived) as op_type_derived,
-    string_agg(distinct k.source_kind, ',' order by k.source_kind) as source_kinds,
+    string_agg(distinct k.source_kinds, ',' order by k.source_kinds) as source_kinds,
     -- task type (AI_CORE, AI_VECTOR_CORE, MIX_AIV, AI_CPU, COMMUNICATION, GPU, CPU): the catalog fallback
     min(k.accelerator) as accelerator
-from {{ tilake_staged('kernels', due) }} k
+from {{ ref('int_kernel_phases_aggregated') }} k
 join todo on todo.run_id = k.run_id
+join {{ ref('int_phases_selected') }} s on s.run_id = k.run_id and s.side = k.side
+where {{ tilake_run_filter('k.run_id', due) }}
+  and (s.compares_all or list_contains(s.compared_phases, k.phase))
 group by k.run_id, k.side, k.op_type, k.kernel_name

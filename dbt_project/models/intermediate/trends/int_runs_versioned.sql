@@ -44,6 +44,8 @@ select
     p.tool_versions,
     p.tags,
     p.rl_config,
+    p.settings,
+    p.phases,
     p.created_at as profile_registered_at,
     d.created_at as dumps_registered_at,
     coalesce(least(p.created_at, d.created_at), p.created_at, d.created_at) as created_at,

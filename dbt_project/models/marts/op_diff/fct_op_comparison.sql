@@ -99,8 +99,24 @@ select
     sp_i.path as infer_stack_path,
     coalesce(rm.priority, rd.priority) as priority,
     coalesce(rm.action_zh, rd.action_zh) as action_zh,
-    coalesce(rm.action_en, rd.action_en) as action_en
+    coalesce(rm.action_en, rd.action_en) as action_en,
+    g.rule_detail,
+    -- per rank and per layer (docs/phases.md): sums over ranks mislead when the sides run a different
+    -- number of ranks; *_tp_norm = per rank × TP (the work of one model replica) where TP is recorded
+    g.train_ranks,
+    g.infer_ranks,
+    g.train_dur_ns,
+    g.infer_dur_ns,
+    g.train_calls / nullif(g.train_ranks, 0) as train_calls_per_rank,
+    g.infer_calls / nullif(g.infer_ranks, 0) as infer_calls_per_rank,
+    g.train_dur_ns / nullif(g.train_ranks, 0) as train_dur_ns_per_rank,
+    g.infer_dur_ns / nullif(g.infer_ranks, 0) as infer_dur_ns_per_rank,
+    g.train_calls / nullif(g.train_ranks, 0) / nullif(par.layers, 0) as train_calls_per_rank_per_layer,
+    g.infer_calls / nullif(g.infer_ranks, 0) / nullif(par.layers, 0) as infer_calls_per_rank_per_layer,
+    g.train_dur_ns / nullif(g.train_ranks, 0) * par.train_tp as train_dur_ns_tp_norm,
+    g.infer_dur_ns / nullif(g.infer_ranks, 0) * par.infer_tp as infer_dur_ns_tp_norm
 from graded g
+left join {{ ref('int_runs_parallelism') }} par on par.run_id = g.run_id
 join todo on todo.run_id = g.run_id
 left join {{ ref('grading_rules') }} r on r.rule_id = g.final_rule
 left join {{ ref('grades') }} gr on gr.grade = coalesce(r.grade, 'evidence_missing')

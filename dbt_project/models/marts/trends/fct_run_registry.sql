@@ -43,6 +43,8 @@ select
     t.torch,
     v.tool_versions,
     v.tags,
+    v.settings,
+    v.phases,
     v.dump_verdict,
     v.dump_consistency,
     row_number() over (order by v.created_at, v.run_id) as run_seq,
