@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from tilake.diagnosis import canonical as C
 from tilake.diagnosis import selectors as S
 from tilake.diagnosis.dtype_and_shape import constant_rows, downcast_check
 from tilake.diagnosis.numerics import compare
@@ -37,7 +38,10 @@ class Pair:
 
     def __init__(self, train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = None) -> None:
         self.dumps, self.steps = open_sides(Path(train), Path(infer), bmap, pairing)
-        self.notes: List[str] = [f"{s}: used {c['used']} ({c['how']}) of {', '.join(c['candidates'])}"
+        self.dumps, tok_notes = _canonical_tokens(self.dumps, bmap, dict(pairing or {}))
+        # what canonicalisation did, per side (TP merge, PP join, chunk join, token selection)
+        self.canonical: List[dict] = [r.as_dict() for s in SIDES for r in C.records_of(self.dumps[s])]
+        self.notes: List[str] = [r["text"] for r in self.canonical] + tok_notes + [f"{s}: used {c['used']} ({c['how']}) of {', '.join(c['candidates'])}"
                                  + "".join(f"; dropped {k}: {v}" for k, v in c["dropped"].items())
                                  for s, c in self.steps.items() if len(c["candidates"]) > 1]
         self.bmap = bmap
@@ -63,6 +67,16 @@ class Pair:
         self.weights = expand(bmap, self.n_layers, "weights")
         for s in SIDES:
             self.notes.extend(f"{s}: {w}" for w in self.dumps[s].warnings)
+
+
+def _canonical_tokens(dumps: dict, bmap: dict, pairing: dict):
+    """Both sides cut to the same request's token rows (:func:`tilake.diagnosis.canonical.select_tokens`)."""
+    from tilake.diagnosis.token_ids import read_ids
+
+    sides = bmap.get("sides") or {}
+    ids = {s: read_ids(S.SideView(dumps[s], (sides.get(s) or {}).get("strip_segments") or []), bmap, s, flat=False)
+           for s in SIDES}
+    return C.select_tokens(dumps, ids, C.find_positions(dumps["infer"]), pairing)
 
 
 def _ends_at_last_layer(view: S.SideView, pattern: Optional[str], n_layers: int) -> bool:
