@@ -617,3 +617,22 @@ def find_positions(dump):
             except Exception:  # noqa: BLE001 - positions are optional evidence
                 return None
     return None
+
+
+def shape_transform(a, b) -> str:
+    """The transform that would make shapes ``a`` and ``b`` comparable (text)."""
+    if not a or not b:
+        return "the boundary map's transforms for this layout"
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        if len(diff) == 1:
+            i = diff[0]
+            hi, lo = max(a[i], b[i]), min(a[i], b[i])
+            if lo and hi % lo == 0:
+                return (f"dim {i} differs by a factor {hi // lo}: a TP shard (pass the step folder holding every rank*) "
+                        "or a fused / padded tensor (slice, unpad or select the request's rows)")
+            return f"dim {i} differs ({a[i]} vs {b[i]}): select the same tokens / rows on both sides"
+    import math
+    if math.prod(a) == math.prod(b):
+        return "same number of elements: a reshape / permute in the boundary map"
+    return "the boundary map's transforms for this layout (fused slices, unpad, row selection)"

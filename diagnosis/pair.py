@@ -210,6 +210,9 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
     except S.Unavailable as exc:
         row.update(status=exc.status, reason=exc.reason)
         return row
+    except Exception as exc:  # noqa: BLE001 - a tensor kind no transform expects: never a traceback
+        row.update(status="evidence_missing", reason=f"not comparable: {type(exc).__name__}: {str(exc)[:200]}")
+        return row
     _select_request(tens, pair.pairing, row["notes"])
     a, o = tens[pair.ref], tens[pair.other]
     for s in SIDES:
@@ -229,8 +232,9 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
                 hint = (f"; the infer side holds {ti.shape[0]} token rows, the train side {tt.shape[0]}: pass "
                         f"--request-tokens 0:{tt.shape[0]} (the request's rows in the inference batch)")
             row.update(status="SHAPE_DIFF",
-                       reason=f"shape {list(tt.shape)} (train) vs {list(ti.shape)} (infer) "
-                              "after the map's transforms" + hint)
+                       reason=f"not comparable: shape {list(tt.shape)} (train) vs {list(ti.shape)} (infer) "
+                              "after canonicalisation and the map's transforms" + hint + " — "
+                              + C.shape_transform(list(tt.shape), list(ti.shape)))
         return row
     bound = float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4))
     try:
