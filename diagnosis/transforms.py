@@ -131,10 +131,9 @@ def apply_transform(t, tr: Any, dims: Dict[str, int], view: Optional[SideView], 
 
     Raises:
         Unavailable: the transform does not fit the tensor (wrong size-1 dim, missing dims,
-            padded batch without a mask or cu_seqlens).
+            padded batch without a mask or cu_seqlens); a transform that does not fit the tensor's
+            layout (torch raises) reads ``not comparable: transform ... does not fit tensor ...``.
     """
-    import torch
-
     if isinstance(tr, str):
         tr = {tr: None}
     (kind, arg), = tr.items()
