@@ -138,14 +138,29 @@ def merge_tp(shards: List[DumpSide], side: str) -> LogicalSide:
                                       f"({n} elements) on {sl.entry} {sl.io}.{sl.index}")
                 del t
             return first
-        parts = [r.load(rs) for r, rs in zip(shards, rslots)]   # 1/tp each: one copy mapped, one concatenated
-        if kind == "cat":
-            dim = arg
-            return torch.cat(parts, dim=dim)
-        dim, sizes = arg
-        pieces = [p.narrow(dim, a, n) for k in range(len(sizes)) for p in parts
-                  for a, n in [(sum(sizes[:k]), sizes[k])]]
-        return torch.cat(pieces, dim=dim)
+        # one output allocated, each rank's shard copied into place and released: one logical copy plus one
+        # shard (1/tp) mapped at a time
+        out = None
+        dim = arg if kind == "cat" else arg[0]
+        sizes = None if kind == "cat" else arg[1]
+        for k, (r, rs) in enumerate(zip(shards, rslots)):
+            t = r.load(rs)
+            if out is None:
+                shape = list(t.shape)
+                shape[dim] *= tp
+                out = torch.empty(shape, dtype=t.dtype)
+                width = t.shape[dim]
+            if t.shape[dim] != width or t.dim() != out.dim():
+                raise Unavailable(f"not comparable: TP shards of {sl.entry} {sl.io}.{sl.index} differ in shape "
+                                  f"({r.dir.name}: {list(t.shape)}) — every rank must hold an equal shard")
+            if sizes is None:
+                out.narrow(dim, k * width, width).copy_(t)
+            else:   # fused: segment j of rank k goes to offset tp*sum(sizes[:j]) + k*sizes[j]
+                for j, n in enumerate(sizes):
+                    a = sum(sizes[:j])
+                    out.narrow(dim, tp * a + k * n, n).copy_(t.narrow(dim, a, n))
+            del t
+        return out
 
     names = ", ".join(r.dir.name for r in shards)
     rec = Record(side, "tp", f"{side} TP={tp} merged from {names} (per slot: {counts.get('cat', 0)} concatenated, "
