@@ -1,0 +1,56 @@
+"""Verdicts from values only (issue 20), on hand-made dumps in msprobe's format (tests/fixtures/msprobe_mini.py):
+a weight stored as int8, a weight of shard shape and a weight in another dtype never confirm "weights not in sync"
+or "model configs not equivalent"; a weight that differs by value does."""
+from __future__ import annotations
+
+import torch
+
+from msprobe_mini import write_dump, write_map
+from tilake.diagnosis import analyze as A
+from tilake.diagnosis import maps as M
+
+
+def _run(tmp, train_w, infer_w):
+    g = torch.Generator().manual_seed(5)
+    ids = torch.arange(8)
+    x = torch.randn(8, 16, generator=g).to(torch.bfloat16)
+
+    def ents(ws):
+        return [("Module.m.embed.Emb.forward.0", None, {"input": [ids], "output": [x]})] + \
+               [(f"Module.m.w{i}.Lin.forward.0", None, {"output": [x], "parameters": {"weight": w}})
+                for i, w in enumerate(ws)]
+
+    tr = write_dump(tmp / "train", ents(train_w))
+    inf = write_dump(tmp / "infer", ents(infer_w))
+    bs = [{"name": "embed", "op": "embedding", "inputs": [], "train": {"module": "m.embed.Emb"},
+           "infer": {"module": "m.embed.Emb"}}]
+    ws = [{"name": f"w{i}", "train": {"module": f"m.w{i}.Lin", "io": "parameter", "index": "weight"},
+           "infer": {"module": f"m.w{i}.Lin", "io": "parameter", "index": "weight"}} for i in range(len(train_w))]
+    bmap = M.load_map(str(write_map(tmp / "m.yaml", bs, weights=ws, layer_input={"first": "embed"})))
+    an = A.analyze_pair([A.RoundInput(tr, inf)], bmap)
+    return an, {h["hypothesis"]: h for h in an.hypotheses}
+
+
+def test_int8_storage_shard_shape_and_fp16_copy_confirm_nothing(tmp_path):
+    g = torch.Generator().manual_seed(6)
+    w = [torch.randn(4, 16, generator=g).to(torch.bfloat16) for _ in range(3)]
+    q = (w[0].float() / (w[0].float().abs().amax(1, keepdim=True) / 127)).round().to(torch.int8)
+    an, hyp = _run(tmp_path, w, [q, w[1][:2].contiguous(), w[2].to(torch.float16)])
+    assert hyp["weights not in sync"]["status"] == "excluded", hyp["weights not in sync"]
+    ev = " ".join(hyp["weights not in sync"]["evidence"])
+    assert "w0: not comparable: torch.bfloat16 vs torch.int8 storage — dequantise" in ev
+    assert "w1: not comparable: shape" in ev and "factor 2" in ev
+    assert "equal after the cast to the lower precision" in ev
+    assert hyp["model configs not equivalent"]["status"] == "evidence_missing"
+    assert "not a config value" in " ".join(hyp["model configs not equivalent"]["evidence"])
+    assert hyp["inputs not aligned / padding not removed"]["status"] == "excluded"
+
+
+def test_a_weight_that_differs_by_value_is_confirmed(tmp_path):
+    g = torch.Generator().manual_seed(7)
+    w = [torch.randn(4, 16, generator=g).to(torch.bfloat16)]
+    bad = w[0].clone()
+    bad[1, 3] = -bad[1, 3]
+    _an, hyp = _run(tmp_path, w, [bad])
+    assert hyp["weights not in sync"]["status"] == "confirmed"
+    assert "w0: NOT_EXACT, 1 elements differ" in hyp["weights not in sync"]["evidence"][0]
