@@ -31,7 +31,9 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
     # weights: confirmed only by values (same dtype: bitwise; across dtypes: after the cast to the lower
     # precision); shapes, storage dtypes and shard layouts read "not comparable"
     cmp = [w for w in weights if w["status"] not in NOT_COMPARED + ("SHAPE_DIFF",) and not _storage_only(w)]
-    bad = [w for w in cmp if w["status"] != "EXACT" and not _equal_after_cast(w)]
+    bad = [w for w in cmp if w["status"] != "EXACT" and not _equal_after_cast(w)
+           and not (w.get("quantisation") or {}).get("within")]
+    quant_eq = [w for w in cmp if w["status"] == "NOT_EXACT" and (w.get("quantisation") or {}).get("within")]
     cast_eq = [w for w in cmp if w["status"] == "DTYPE_DIFF" and _equal_after_cast(w)]
     miss = [w for w in weights if w not in cmp]
     if not cmp:
@@ -42,12 +44,18 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
                     "evidence": [f"{w['boundary']}: {w['status']}, {w.get('mismatch_count')} elements differ "
                                  f"({w.get('rows_differing')} of {w.get('rows_total')} rows), pattern {w.get('pattern')}"
                                  + (f"; {w['downcast']['text']}" if w.get("downcast") else "")
+                                 + (f"; beyond the quantisation bound {w['quantisation']['bound']:.3g} (max |diff| "
+                                    f"{w['quantisation']['max_abs_diff']:.3g})" if w.get("quantisation") else "")
                                  for w in bad]})
     else:
         ev = [f"{len(cmp)} weight tensors equal by value (fused qkv/gate_up weights sliced by rows)"]
         if cast_eq:
             ev.append(f"{len(cast_eq)} of them stored in another dtype and equal after the cast to the lower precision "
                       f"({cast_eq[0]['downcast']['to'].replace('torch.', '')})")
+        if quant_eq:
+            ev.append(f"{len(quant_eq)} of them quantised (int8 with weight_scale, dequantised): every difference within "
+                      f"the quantisation bound (half a step; e.g. {quant_eq[0]['boundary']}: max |diff| "
+                      f"{quant_eq[0]['quantisation']['max_abs_diff']:.3g} <= {quant_eq[0]['quantisation']['bound']:.3g})")
         ev += [_not_comparable(w) for w in miss]
         out.append({"hypothesis": "weights not in sync", "status": "excluded", "evidence": ev})
     # inputs / padding: never against the token-id check

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from tilake.diagnosis import canonical as C
 from tilake.diagnosis import selectors as S
+from tilake.diagnosis.canonical_quant import dequantise, quant_bound
 from tilake.diagnosis.dtype_and_shape import constant_rows, downcast_check
 from tilake.diagnosis.numerics import compare
 from tilake.diagnosis.order import order_boundaries
@@ -39,6 +40,7 @@ class Pair:
     def __init__(self, train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = None) -> None:
         self.dumps, self.steps = open_sides(Path(train), Path(infer), bmap, pairing)
         self.dumps, tok_notes = _canonical_tokens(self.dumps, bmap, dict(pairing or {}))
+        self.dumps = {s: dequantise(self.dumps[s], s) for s in SIDES}
         # what canonicalisation did, per side (TP merge, PP join, chunk join, token selection)
         self.canonical: List[dict] = [r.as_dict() for s in SIDES for r in C.records_of(self.dumps[s])]
         self.notes: List[str] = [r["text"] for r in self.canonical] + tok_notes + [f"{s}: used {c['used']} ({c['how']}) of {', '.join(c['candidates'])}"
@@ -265,6 +267,14 @@ def compare_weights(pair: Pair) -> List[dict]:
     for w in pair.weights:
         r = compare_boundary(pair, w)
         r["kind"] = "weight"
+        for s in SIDES:   # a dequantised side: the difference is judged against the quantisation step
+            entry = (r.get(f"{s}_source") or "").split(" ")[0]
+            qb = quant_bound(pair.dumps[s], entry) if entry else None
+            if qb is not None and r["status"] in ("NOT_EXACT", "EXACT"):
+                mad = float(r.get("max_abs_diff") or 0.0)
+                # half a step plus the bf16/fp16 rounding of the dequantised value
+                lim = qb * (1 + 2 ** -7) + float(r.get("ref_absmax") or 0) * 2 ** -8
+                r["quantisation"] = {"side": s, "bound": lim, "max_abs_diff": mad, "within": mad <= lim}
         for k in ("row_indices_differing",):
             r.pop(k, None)
         rows.append(r)

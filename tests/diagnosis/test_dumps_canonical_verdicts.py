@@ -54,3 +54,38 @@ def test_a_weight_that_differs_by_value_is_confirmed(tmp_path):
     _an, hyp = _run(tmp_path, w, [bad])
     assert hyp["weights not in sync"]["status"] == "confirmed"
     assert "w0: NOT_EXACT, 1 elements differ" in hyp["weights not in sync"]["evidence"][0]
+
+
+def _quant_pair(tmp, corrupt: bool):
+    """Train: bf16 weight; infer: the same weight as int8 + per-channel weight_scale (vLLM W8A16 layout)."""
+    g = torch.Generator().manual_seed(8)
+    ids = torch.arange(8)
+    x = torch.randn(8, 16, generator=g).to(torch.bfloat16)
+    w = torch.randn(4, 16, generator=g).to(torch.bfloat16)
+    s = (w.float().abs().amax(1, keepdim=True) / 127).to(torch.bfloat16)
+    q = (w.float() / s.float()).round().clamp(-127, 127).to(torch.int8)
+    if corrupt:
+        q[2, 5] = -q[2, 5] if q[2, 5] != 0 else 100
+    emb = ("Module.m.embed.Emb.forward.0", None, {"input": [ids], "output": [x]})
+    tr = write_dump(tmp / "train", [emb, ("Module.m.w0.Lin.forward.0", None, {"output": [x], "parameters": {"weight": w}})])
+    inf = write_dump(tmp / "infer", [emb, ("Module.m.w0.Lin.forward.0", None,
+                                           {"output": [x], "parameters": {"weight": q, "weight_scale": s}})])
+    bs = [{"name": "embed", "op": "embedding", "inputs": [], "train": {"module": "m.embed.Emb"},
+           "infer": {"module": "m.embed.Emb"}}]
+    ws = [{"name": "w0", "train": {"module": "m.w0.Lin", "io": "parameter", "index": "weight"},
+           "infer": {"module": "m.w0.Lin", "io": "parameter", "index": "weight"}}]
+    bmap = M.load_map(str(write_map(tmp / "m.yaml", bs, weights=ws, layer_input={"first": "embed"})))
+    an = A.analyze_pair([A.RoundInput(tr, inf)], bmap)
+    return an, {h["hypothesis"]: h for h in an.hypotheses}
+
+
+def test_int8_weight_with_scale_is_dequantised_and_judged_against_the_quantisation_step(tmp_path):
+    an, hyp = _quant_pair(tmp_path / "ok", corrupt=False)
+    assert [c["kind"] for c in an.canonical] == ["quant"] and "per channel" in an.canonical[0]["text"]
+    (w,) = an.weight_rows
+    assert w["infer_dtype"] == "torch.bfloat16" and w["quantisation"]["within"] is True
+    assert hyp["weights not in sync"]["status"] == "excluded"
+    assert "within the quantisation bound" in " ".join(hyp["weights not in sync"]["evidence"])
+    _an, hyp = _quant_pair(tmp_path / "bad", corrupt=True)
+    assert hyp["weights not in sync"]["status"] == "confirmed"
+    assert "beyond the quantisation bound" in hyp["weights not in sync"]["evidence"][0]
