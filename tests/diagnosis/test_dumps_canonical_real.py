@@ -42,7 +42,7 @@ PY = _python()
 pytestmark = pytest.mark.skipif(PY is None, reason="msprobe (mindstudio-probe) not importable; "
                                                    "set TILAKE_MSPROBE_PYTHON to a Python that has it")
 SIDES = [("ref", "train"), ("ref", "infer"), ("tp2", "infer"), ("pp2", "train"), ("padded", "train"),
-         ("prefix", "infer"), ("chunked", "infer"), ("fp16", "infer")]
+         ("prefix", "infer"), ("chunked", "infer"), ("fp16", "infer"), ("int8", "infer")]
 MB3 = 3 * 1024 * 1024
 
 
@@ -213,3 +213,15 @@ def test_fp16_rollout_is_a_configuration_finding_compared_in_bf16(dumps):
     assert not [p for p in an.points if p["class"] == "logic-level"]
     assert not an.stub_instruction.get("needed")
     assert all(r["status"] == "DTYPE_DIFF" and r["downcast"]["to"] == "torch.bfloat16" for r in an.boundary_rows)
+
+
+def test_int8_weights_dequantised_weight_sync_excluded(dumps):
+    # W8A16 rollout weights: dequantised with weight_scale and judged against half a quantisation step (the
+    # linear outputs differ by the quantisation error; classifying them against its scale is not done yet)
+    an, hyp = _analyse(dumps["ref", "train"], dumps["int8", "infer"])
+    (rec,) = an.canonical
+    assert rec["kind"] == "quant" and rec["weights"] == 8 and "per channel" in rec["text"]
+    assert hyp["weights not in sync"] == "excluded"
+    assert sum(1 for w in an.weight_rows if (w.get("quantisation") or {}).get("within")) == 14
+    assert hyp["fused kernel / accumulation order"] != "confirmed"
+    assert an.rounds[0]["first_divergence"]["boundary"] == "L0.q_proj.out"
