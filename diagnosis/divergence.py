@@ -66,6 +66,14 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
     elif st == "DTYPE_DIFF" and (row.get("downcast") or {}).get("exact"):
         row["precision_downgrade"] = True
         ev.append(row["downcast"]["text"] + ": rounding to the narrower dtype, not a logic fault")
+    elif st == "DTYPE_DIFF" and (row.get("downcast") or {}).get("tensor_ulp") is not None \
+            and row["downcast"]["tensor_ulp"] <= thr and not row["inputs_equal"]:
+        # both sides computed in different precisions (e.g. fp16 rollout, bf16 trainer): compared in the lower
+        # one, a difference within the cast bound is what the precision change explains
+        row["precision_config"] = True
+        ev.append(row["downcast"]["text"] + f"; {row['downcast']['tensor_ulp']:.3g} ULP of "
+                  f"{row['downcast']['to'].replace('torch.', '')} at tensor scale, within the bound {thr:g} after "
+                  "differing-dtype inputs: the precision difference explains it")
     elif st == "DTYPE_DIFF":
         cls = "logic-level"
         ev.append("dtypes differ at a boundary that must agree")

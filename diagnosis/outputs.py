@@ -123,6 +123,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                     "weights_exact": sum(1 for w in an.weight_rows if w["status"] == "EXACT"),
                     "rounds": len(an.rounds)},
         "token_ids": an.token_ids,
+        "canonical": an.canonical,
         "suggestions": an.suggestions,
         "first_divergence": r0.get("first_divergence"),
         "amplification_chain": r0.get("amplification_chain", []),

@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from tilake.diagnosis import canonical as C
 from tilake.diagnosis import selectors as S
+from tilake.diagnosis.canonical_quant import dequantise, quant_bound
 from tilake.diagnosis.dtype_and_shape import constant_rows, downcast_check
 from tilake.diagnosis.numerics import compare
 from tilake.diagnosis.order import order_boundaries
@@ -37,7 +39,11 @@ class Pair:
 
     def __init__(self, train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = None) -> None:
         self.dumps, self.steps = open_sides(Path(train), Path(infer), bmap, pairing)
-        self.notes: List[str] = [f"{s}: used {c['used']} ({c['how']}) of {', '.join(c['candidates'])}"
+        self.dumps, tok_notes = _canonical_tokens(self.dumps, bmap, dict(pairing or {}))
+        self.dumps = {s: dequantise(self.dumps[s], s) for s in SIDES}
+        # what canonicalisation did, per side (TP merge, PP join, chunk join, token selection)
+        self.canonical: List[dict] = [r.as_dict() for s in SIDES for r in C.records_of(self.dumps[s])]
+        self.notes: List[str] = [r["text"] for r in self.canonical] + tok_notes + [f"{s}: used {c['used']} ({c['how']}) of {', '.join(c['candidates'])}"
                                  + "".join(f"; dropped {k}: {v}" for k, v in c["dropped"].items())
                                  for s, c in self.steps.items() if len(c["candidates"]) > 1]
         self.bmap = bmap
@@ -63,6 +69,16 @@ class Pair:
         self.weights = expand(bmap, self.n_layers, "weights")
         for s in SIDES:
             self.notes.extend(f"{s}: {w}" for w in self.dumps[s].warnings)
+
+
+def _canonical_tokens(dumps: dict, bmap: dict, pairing: dict):
+    """Both sides cut to the same request's token rows (:func:`tilake.diagnosis.canonical.select_tokens`)."""
+    from tilake.diagnosis.token_ids import read_ids
+
+    sides = bmap.get("sides") or {}
+    ids = {s: read_ids(S.SideView(dumps[s], (sides.get(s) or {}).get("strip_segments") or []), bmap, s, flat=False)
+           for s in SIDES}
+    return C.select_tokens(dumps, ids, C.find_positions(dumps["infer"]), pairing)
 
 
 def _ends_at_last_layer(view: S.SideView, pattern: Optional[str], n_layers: int) -> bool:
@@ -196,6 +212,9 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
     except S.Unavailable as exc:
         row.update(status=exc.status, reason=exc.reason)
         return row
+    except Exception as exc:  # noqa: BLE001 - a tensor kind no transform expects: never a traceback
+        row.update(status="evidence_missing", reason=f"not comparable: {type(exc).__name__}: {str(exc)[:200]}")
+        return row
     _select_request(tens, pair.pairing, row["notes"])
     a, o = tens[pair.ref], tens[pair.other]
     for s in SIDES:
@@ -215,8 +234,9 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
                 hint = (f"; the infer side holds {ti.shape[0]} token rows, the train side {tt.shape[0]}: pass "
                         f"--request-tokens 0:{tt.shape[0]} (the request's rows in the inference batch)")
             row.update(status="SHAPE_DIFF",
-                       reason=f"shape {list(tt.shape)} (train) vs {list(ti.shape)} (infer) "
-                              "after the map's transforms" + hint)
+                       reason=f"not comparable: shape {list(tt.shape)} (train) vs {list(ti.shape)} (infer) "
+                              "after canonicalisation and the map's transforms" + hint + " — "
+                              + C.shape_transform(list(tt.shape), list(ti.shape)))
         return row
     bound = float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4))
     try:
@@ -247,6 +267,14 @@ def compare_weights(pair: Pair) -> List[dict]:
     for w in pair.weights:
         r = compare_boundary(pair, w)
         r["kind"] = "weight"
+        for s in SIDES:   # a dequantised side: the difference is judged against the quantisation step
+            entry = (r.get(f"{s}_source") or "").split(" ")[0]
+            qb = quant_bound(pair.dumps[s], entry) if entry else None
+            if qb is not None and r["status"] in ("NOT_EXACT", "EXACT"):
+                mad = float(r.get("max_abs_diff") or 0.0)
+                # half a step plus the bf16/fp16 rounding of the dequantised value
+                lim = qb * (1 + 2 ** -7) + float(r.get("ref_absmax") or 0) * 2 ** -8
+                r["quantisation"] = {"side": s, "bound": lim, "max_abs_diff": mad, "within": mad <= lim}
         for k in ("row_indices_differing",):
             r.pop(k, None)
         rows.append(r)

@@ -40,3 +40,5 @@ class Analysis:
     rounding_bound: float = 4.0
     # fixes the dumps point to when no boundary could be compared (tilake.diagnosis.suggest)
     suggestions: List[dict] = field(default_factory=list)
+    # what canonicalisation did to each side (tilake.diagnosis.canonical: TP merge, PP join, token selection)
+    canonical: List[dict] = field(default_factory=list)

@@ -70,6 +70,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         if k == 0:
             pair0 = pair
             an.notes.extend(pair.notes)
+            an.canonical = list(pair.canonical)
             an.dims = pair.dims
             an.sides = {s: {"path": str(pair.dumps[s].dir), "step": pair.dumps[s].step,
                             "rank": pair.dumps[s].rank, "proc": pair.dumps[s].proc,
@@ -152,8 +153,17 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         # differences downstream that no isolated point explains yet (item: rounding points get stubs too)
         unexplained = [r for r in cmp_rows if r.get("role") == "propagated"]
         need = bool(fd.get("boundary")) and (bool(logic) or bool(sus) or bool(unexplained)) and not fed_apart
+        # every difference is the precision change (compute dtypes differ, each within the cast bound):
+        # a stub cannot isolate it (the stubbed tensor has the other dtype), the configuration is the finding
+        diff_rows = [r for r in cmp_rows if r["status"] not in ("EXACT",) + NOT_COMPARED]
+        precision = bool(diff_rows) and all(r.get("precision_config") or r.get("precision_downgrade")
+                                            for r in diff_rows) and not fed_apart
+        if precision:
+            need = False
         if fed_apart:
             rinfo["outcome"] = "token_ids_differ"
+        elif precision:
+            rinfo["outcome"] = "precision_config"
         elif fd["status"] == "none":
             rinfo["outcome"] = "downstream_all_exact" if k else "all_exact"
         elif fd["status"] == "undetermined":

@@ -11,27 +11,42 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from tilake.diagnosis import canonical as C
 from tilake.diagnosis import selectors as S
 from tilake.diagnosis.token_ids import read_ids
 from tilake.errors import TilakeError
-from tilake.ingest.msprobe.reader import DumpSide, locate_rank_dirs
+from tilake.ingest.msprobe.reader import DumpSide
 from tilake.models.boundary_maps import SIDES
 
 
-def _label(d: Path) -> str:
+def _label(d) -> str:
+    """``step0/rank0`` of a folder; of a side merged from several ranks ``step0/rank0+rank1``."""
+    if not isinstance(d, Path):
+        ranks = [r for rec in C.records_of(d) for r in (rec.detail.get("ranks") or [])]
+        stages = [x for rec in C.records_of(d) for x in (rec.detail.get("stages") or [])]
+        d, names = d.dir, "+".join(stages or ranks)
+        if names:
+            return f"{d.parent.name}/{names}" if d.parent.name.startswith("step") else names
     return f"{d.parent.name}/{d.name}" if d.parent.name.startswith("step") else d.name
 
 
+def _layer_pattern(bmap: dict, side: str):
+    pat = (bmap.get("layers") or {}).get("pattern")
+    return pat.get(side) if isinstance(pat, dict) else pat
+
+
 def _candidates(path: Path, side: str, bmap: dict) -> Tuple[List[Tuple[DumpSide, Any]], Dict[str, str]]:
-    """Usable (DumpSide, token ids or None) of one side, and the dropped folders with why."""
+    """Usable (side, token ids or None) of one side, and the dropped folders with why. A step's several
+    ``rank*`` folders are opened as one model (:func:`tilake.diagnosis.canonical.open_step`)."""
     dropped: Dict[str, str] = {}
     out = []
-    dirs = locate_rank_dirs(path)
-    for d in dirs:
+    groups = C.step_groups(path)
+    for _step, dirs in groups:
+        d = dirs[0]
         try:
-            ds = DumpSide(d, side)
+            ds = C.open_step(dirs, side, _layer_pattern(bmap, side))
         except TilakeError as exc:
-            if "0 entries" in str(exc) and len(dirs) > 1:  # a lone empty step keeps the reader's own message
+            if "0 entries" in str(exc) and len(groups) > 1:  # a lone empty step keeps the reader's own message
                 dropped[_label(d)] = "empty step (no entry dumped; msprobe writes one after collection)"
                 continue
             raise
@@ -65,8 +80,18 @@ def open_sides(train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = N
     if len(cands["train"]) > 1 or len(cands["infer"]) > 1:
         rng = (pairing or {}).get("request_tokens")
         match = [(a, b) for a in cands["train"] for b in cands["infer"] if _same(a[1], b[1], rng)]
+        if not match and not rng:
+            chunked = _chunked(cands)
+            if chunked is not None:
+                s, joined, used = chunked
+                pick = {s: joined, ("infer" if s == "train" else "train"): cands["infer" if s == "train" else "train"][0]}
+                record = {x: {"candidates": [_label(c[0]) for c in cands[x]] + sorted(dropped[x]),
+                              "used": "+".join(used) if x == s else _label(pick[x][0]), "dropped": dropped[x],
+                              "how": ("consecutive steps of one chunked prefill (their token ids joined equal the "
+                                      "other side's)" if x == s else "the only step")} for x in SIDES}
+                return {x: pick[x][0] for x in SIDES}, record
         if len(match) != 1:
-            names = {s: ", ".join(_label(c[0].dir) for c in cands[s]) for s in SIDES}
+            names = {s: ", ".join(_label(c[0]) for c in cands[s]) for s in SIDES}
             raise TilakeError(f"several steps and token ids do not single out one pair "
                               f"({len(match)} matching): train has {names['train']}; infer has {names['infer']}",
                               hint="pass the step folder to analyse (e.g. --train <root>/step1)")
@@ -75,8 +100,8 @@ def open_sides(train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = N
                for s in SIDES}
     else:
         pick = {s: cands[s][0] for s in SIDES}
-    record = {s: {"candidates": [_label(c[0].dir) for c in cands[s]] + sorted(dropped[s]),
-                  "used": _label(pick[s][0].dir), "dropped": dropped[s], "how": how[s]} for s in SIDES}
+    record = {s: {"candidates": [_label(c[0]) for c in cands[s]] + sorted(dropped[s]),
+                  "used": _label(pick[s][0]), "dropped": dropped[s], "how": how[s]} for s in SIDES}
     return {s: pick[s][0] for s in SIDES}, record
 
 
@@ -86,3 +111,28 @@ def _same(a, b, rng) -> bool:
     if rng and b.numel() > a.numel():
         b = b[int(rng[0]):int(rng[1])]
     return a.numel() == b.numel() and bool((a == b).all())
+
+
+def _chunked(cands: Dict[str, list]):
+    """``(side, (joined side, ids), [step labels])`` when consecutive steps of one side hold one request's
+    chunked prefill: their token ids, joined in step order, equal the other side's (flat, or one row of a
+    padded batch); None otherwise. The longest such run wins."""
+    import torch
+
+    for s in SIDES:
+        o = "infer" if s == "train" else "train"
+        if len(cands[s]) < 2 or len(cands[o]) != 1 or cands[o][0][1] is None:
+            continue
+        other = cands[o][0][1]
+        c = cands[s]
+        for n in range(len(c), 1, -1):
+            for a in range(0, len(c) - n + 1):
+                run = c[a:a + n]
+                if any(x[1] is None for x in run):
+                    continue
+                ids = torch.cat([x[1] for x in run])
+                if ids.numel() == other.numel() and bool((ids == other).all()):
+                    labels = [_label(x[0]) for x in run]
+                    joined = C.join_chunks([x[0] for x in run], s, [x[1].numel() for x in run], labels)
+                    return s, (joined, ids), labels
+    return None

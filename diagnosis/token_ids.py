@@ -32,8 +32,9 @@ def _selector(bmap: dict, side: str) -> Optional[dict]:
     return {"module": spec["module"], "call": spec.get("call", 0), "io": "input", "index": 0}
 
 
-def read_ids(view, bmap: dict, side: str):
-    """One side's token ids as a flat int64 tensor, or None when the dump does not hold them."""
+def read_ids(view, bmap: dict, side: str, flat: bool = True):
+    """One side's token ids as an int64 tensor (flat, or as dumped when ``flat=False``: ``[B, S]`` of a
+    padded batch), or None when the dump does not hold them."""
     sel = _selector(bmap, side)
     if sel is None:
         return None
@@ -41,7 +42,9 @@ def read_ids(view, bmap: dict, side: str):
         t = view.dump.load(S.resolve(view, sel, side).slots[0])
     except (S.Unavailable, TilakeError):
         return None
-    return None if t.is_floating_point() or t.is_complex() else t.reshape(-1).long()
+    if t.is_floating_point() or t.is_complex():
+        return None
+    return t.reshape(-1).long() if flat else t.long()
 
 
 def compare_token_ids(pair) -> Dict[str, Any]:

@@ -131,13 +131,28 @@ def apply_transform(t, tr: Any, dims: Dict[str, int], view: Optional[SideView], 
 
     Raises:
         Unavailable: the transform does not fit the tensor (wrong size-1 dim, missing dims,
-            padded batch without a mask or cu_seqlens).
+            padded batch without a mask or cu_seqlens); a transform that does not fit the tensor's
+            layout (torch raises) reads ``not comparable: transform ... does not fit tensor ...``.
     """
-    import torch
-
     if isinstance(tr, str):
         tr = {tr: None}
     (kind, arg), = tr.items()
+    try:
+        return _apply(t, kind, arg, dims, view, context, notes, other)
+    except (RuntimeError, IndexError, ValueError, TypeError) as exc:
+        # a tensor the transform does not fit (a 4-D RoPE tensor of a batch of 2 under a 3-D permute):
+        # the boundary is evidence_missing, never a traceback
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise Unavailable(f"not comparable: transform {kind} {arg if arg is not None else ''} does not fit tensor "
+                          f"{list(t.shape)} ({type(exc).__name__}: {msg[:160]}) — the tensor has a layout the map does "
+                          "not expect (a batch dim > 1, extra heads dim): select the request's row or extend the map")
+
+
+def _apply(t, kind: str, arg: Any, dims: Dict[str, int], view: Optional[SideView], context: dict,
+           notes: List[str], other=None):
+    """One transform (see :func:`apply_transform`)."""
+    import torch
+
     shape0 = list(t.shape)
     if kind == "squeeze":
         d = int(arg or 0)

@@ -35,6 +35,13 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
         an.verdict, an.consistency = "nonzero", "inputs_differ"
         an.verdict_reason = (an.token_ids["text"] + "; every difference downstream follows from the inputs "
                              "(no stub round: align the inputs and dump again)")
+    elif last.get("outcome") == "precision_config":
+        dts = sorted({(str(r.get("train_dtype")).replace("torch.", ""), str(r.get("infer_dtype")).replace("torch.", ""))
+                      for r in non_exact if r["status"] == "DTYPE_DIFF"})
+        an.verdict, an.consistency = "nonzero", "precision_config"
+        an.verdict_reason = (f"the sides compute in different dtypes ({', '.join(f'train {a} vs infer {b}' for a, b in dts)}): "
+                             f"a configuration finding; compared in the lower precision, all {len(non_exact)} differing "
+                             "boundaries are within the cast bound (no logic-level point)")
     elif any(r.get("first_divergence", {}).get("status") == "undetermined" for r in an.rounds) and not logic:
         an.verdict, an.consistency = "evidence_missing", "unknown"
         an.verdict_reason = next(r["first_divergence"]["reason"] for r in an.rounds

@@ -170,7 +170,7 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("run_id", "VARCHAR"), ("map_name", "VARCHAR"), ("reference_side", "VARCHAR"),
         ("train_path", "VARCHAR"), ("infer_path", "VARCHAR"), ("rounds", "INTEGER"),
         ("verdict", "VARCHAR", "exact | nonzero | not_run | evidence_missing"),
-        ("consistency", "VARCHAR", "bitwise | rounding_only | logic_level | unknown"),
+        ("consistency", "VARCHAR", "bitwise | rounding_only | precision_config | logic_level | unknown"),
         ("verdict_reason", "VARCHAR"), ("task_card", "VARCHAR", "JSON"),
         ("created_at", "TIMESTAMP", "UTC, naive"),
     )),

@@ -117,6 +117,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     rins = [A.RoundInput(Path(train), Path(infer))] + [A.RoundInput(Path(a), Path(b)) for a, b in rounds]
     pair0 = A.Pair(rins[0].train, rins[0].infer, bmap, pairing)
     card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], dict(card or {}))
+    card["canonical"] = list(pair0.canonical)   # TP merge / PP join / token selection per side
     lake = Lake(lake_path) if run_id else None
     with contextlib.ExitStack() as held:
         if lake is not None:   # first: a read-only or busy lake is said before the analysis, not after it
