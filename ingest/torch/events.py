@@ -200,7 +200,9 @@ def keys_after_events(tail: bytes) -> Dict:
 
     The array's closing ``]`` is the first ``]`` followed by ``, "`` from which the rest of the text
     parses as the remaining members of one JSON object (``{`` + rest); a ``]`` inside an event leaves an
-    unbalanced ``}`` and fails. Returns {} when no key follows the array (Kineto's own writer order).
+    unbalanced ``}`` and fails, and one in a header list before the array (small files are kept whole)
+    gives an object that still holds ``traceEvents``. Returns {} when no key follows the array (Kineto's
+    own writer order).
     """
     for m in _CLOSE_RE.finditer(tail):
         rest = tail[m.start() + 1:].lstrip()[1:]  # drop "]" and ","
@@ -208,7 +210,7 @@ def keys_after_events(tail: bytes) -> Dict:
             obj = json.loads(b"{" + rest)
         except ValueError:
             continue
-        if isinstance(obj, dict):
+        if isinstance(obj, dict) and "traceEvents" not in obj:  # a "]" of a header list before the array
             return obj
     return {}
 
@@ -238,18 +240,25 @@ def _ns(x) -> Optional[int]:
 
 def _s(x) -> Optional[str]:
     """A name on one CSV line (DuckDB's parallel CSV reader needs rows without embedded newlines)."""
-    return x.replace("\n", " ").replace("\r", " ") if isinstance(x, str) else x
+    if isinstance(x, str) and ("\n" in x or "\r" in x):
+        return x.replace("\n", " ").replace("\r", " ")
+    return x
+
+
+_ENC = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps(..., separators=) builds one per call
 
 
 def _j(x) -> Optional[str]:
-    return None if x is None else json.dumps(x, separators=(",", ":"))
+    return None if x is None else _ENC(x)
 
 
 def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
     """Stream ``traceEvents`` of ``path`` into CSV files under ``folder``; fills ``scan``.
 
-    Times in the CSVs are integer ns on the trace's own clock (``ts * 1000``); the loader adds
-    ``baseTimeNanoseconds``. Returns the CSV path per staging file name (:data:`FILES`).
+    Times in the CSVs are the trace's own µs as written (ints stay ints); the loader makes integer ns
+    (``ts * 1000``, exact for every double), then adds ``baseTimeNanoseconds``. Returns
+    the CSV path per staging file name (:data:`FILES`). ``ProfilerStep#N`` ranges are taken from
+    ``user_annotation`` (and ``cpu_op`` in older torch) events, never from ``gpu_user_annotation``.
 
     Raises:
         TruncatedTrace: the JSON or gzip stream ends early or is malformed (names the file).
@@ -257,57 +266,72 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {k: folder / f"{k}.csv" for k in FILES}
     handles = {k: open(p, "w", newline="", encoding="utf-8") for k, p in paths.items()}
-    w = {k: csv.writer(h) for k, h in handles.items()}
-    counts = scan.counts
-    lo, hi, cpu_lo = None, None, None
-    idx = 0
+    w = {k: csv.writer(h).writerow for k, h in handles.items()}
+    w_ops, w_dev, w_rt, w_rng, w_py = w["ops"], w["device"], w["runtime"], w["ranges"], w["py"]
+    counts: Dict[str, int] = {}
+    cat_of = CATEGORY.get
+    inf = float("inf")
+    lo, hi, cpu_lo = inf, -inf, inf
+    idx = steps = 0
+    empty: Dict = {}
     try:
         with open_trace(path) as raw:
             f = _TailReader(raw)
             for e in ijson.items(f, "traceEvents.item", use_float=True):
                 f.pinned = f.read_count - 1
                 idx += 1
-                ph = e.get("ph")
-                raw_cat = e.get("cat")
-                if ph != "X":
-                    counts["metadata" if ph == "M" else (raw_cat or f"ph:{ph}")] += 1
+                get = e.get
+                raw_cat = get("cat")
+                if get("ph") != "X":
+                    ph = get("ph")
+                    key = "metadata" if ph == "M" else (raw_cat or f"ph:{ph}")
+                    counts[key] = counts.get(key, 0) + 1
                     continue
-                cat = CATEGORY.get(raw_cat, raw_cat or "uncategorised")
-                counts[cat] += 1
-                name = e.get("name")
-                ts, dur = _ns(e.get("ts")), _ns(e.get("dur")) or 0
+                cat = cat_of(raw_cat) or raw_cat or "uncategorised"
+                counts[cat] = counts.get(cat, 0) + 1
+                # times stay in µs as written (int or float); the loader turns them into exact ns
+                ts, dur = get("ts"), get("dur")
                 if ts is not None:
-                    lo = ts if lo is None or ts < lo else lo
-                    hi = ts + dur if hi is None or ts + dur > hi else hi
-                args = e.get("args") or {}
-                tid = e.get("tid")
-                if isinstance(name, str) and name.startswith("ProfilerStep#") and cat != "gpu_user_annotation":
-                    scan.steps += 1
-                    w["ranges"].writerow(("user_annotation", _s(name), tid, ts, dur))
+                    if ts < lo:
+                        lo = ts
+                    end = ts + (dur or 0)
+                    if end > hi:
+                        hi = end
+                args = get("args") or empty
+                if cat == "python_function":
+                    w_py((args.get("Python id"), args.get("Python parent id"), _s(get("name")),
+                          get("pid"), get("tid"), ts, dur))
+                    continue
+                name = get("name")
+                if cat in ("cpu_op", "user_annotation") and isinstance(name, str) and name.startswith("ProfilerStep#"):
+                    steps += 1
+                    w_rng(("user_annotation", _s(name), get("tid"), ts, dur))
                     continue
                 if cat == "cpu_op":
-                    if ts is not None and (cpu_lo is None or ts < cpu_lo):
+                    if ts is not None and ts < cpu_lo:
                         cpu_lo = ts
-                    w["ops"].writerow((idx, _s(name), e.get("pid"), tid, ts, dur, args.get("External id"),
-                                       args.get("Sequence number"), args.get("Fwd thread id"),
-                                       _j(args.get("Input Dims")), _j(args.get("Input type"))))
-                elif cat in DEVICE_CATS:
-                    w["device"].writerow((idx, cat, _s(name), e.get("pid"), tid, ts, dur, args.get("External id"),
-                                          args.get("correlation"), args.get("device"), args.get("stream"),
-                                          _j(args.get("grid")), _j(args.get("block")), args.get("bytes")))
+                    w_ops((idx, _s(name), get("pid"), get("tid"), ts, dur, args.get("External id"),
+                           args.get("Sequence number"), args.get("Fwd thread id"),
+                           _j(args.get("Input Dims")), _j(args.get("Input type"))))
                 elif cat in ("cuda_runtime", "cuda_driver"):
-                    w["runtime"].writerow((args.get("correlation"), args.get("External id"), _s(name), tid, ts, dur,
-                                           e.get("pid")))
+                    w_rt((args.get("correlation"), args.get("External id"), _s(name), get("tid"), ts, dur, get("pid")))
+                elif cat in DEVICE_CATS:
+                    w_dev((idx, cat, _s(name), get("pid"), get("tid"), ts, dur, args.get("External id"),
+                           args.get("correlation"), args.get("device"), args.get("stream"),
+                           _j(args.get("grid")), _j(args.get("block")), args.get("bytes")))
                 elif cat in ("user_annotation", "gpu_user_annotation"):
-                    w["ranges"].writerow((cat, _s(name), tid, ts, dur))
-                elif cat == "python_function":
-                    w["py"].writerow((args.get("Python id"), args.get("Python parent id"), _s(name),
-                                      e.get("pid"), tid, ts, dur))
+                    w_rng((cat, _s(name), get("tid"), ts, dur))
             merge_header(scan, keys_after_events(f.tail()))
     except (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
+        scan.counts.update(counts)
+        scan.steps += steps
         raise _truncated(path, exc, idx) from exc
     finally:
         for h in handles.values():
             h.close()
-    scan.start_ns, scan.end_ns, scan.cpu_start_ns = lo, hi, cpu_lo
+    scan.counts.update(counts)
+    scan.steps += steps
+    scan.start_ns = None if lo == inf else _ns(lo)
+    scan.end_ns = None if hi == -inf else _ns(hi)
+    scan.cpu_start_ns = None if cpu_lo == inf else _ns(cpu_lo)
     return paths

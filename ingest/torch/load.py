@@ -110,11 +110,20 @@ def _columns(table: str) -> str:
 
 
 def _load_csvs(con, paths: Dict[str, Path], tag: str) -> Dict[str, str]:
+    """Temp tables of the staged CSVs; ``ts``/``dur`` (µs as the trace wrote them) become integer ns, exact
+    for every value a DOUBLE holds (ijson reads the trace's floats as doubles)."""
     names = {}
     for key, path in paths.items():
         name = f"_trace_{key}_{tag}"
-        con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM read_csv({sql_str(path)}, header=false, '
-                    f"auto_detect=false, columns={_columns(key)}, quote='\"', escape='\"')")
+        cols = _columns(key).replace("'ts': 'BIGINT'", "'ts': 'DOUBLE'").replace("'dur': 'BIGINT'", "'dur': 'DOUBLE'")
+        # exact ns from µs doubles: whole µs (exact below 2^53, i.e. any epoch-µs int) × 1000 + the rounded
+        # fraction; a plain ts * 1000 in DOUBLE is off by up to 128 ns at 1.7e18
+        con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * REPLACE ('
+                    "CAST(floor(ts) AS BIGINT) * 1000 + CAST(round((ts - floor(ts)) * 1000) AS BIGINT) AS ts, "
+                    "CAST(floor(coalesce(dur, 0)) AS BIGINT) * 1000 "
+                    "+ CAST(round((coalesce(dur, 0) - floor(coalesce(dur, 0))) * 1000) AS BIGINT) AS dur) "
+                    f"FROM read_csv({sql_str(path)}, header=false, "
+                    f"auto_detect=false, columns={cols}, quote='\"', escape='\"')")
         names[key] = name
     return names
 
