@@ -11,11 +11,14 @@ Where verl writes traces (``global_profiler.tool=torch``; verl ``docs/perf/torch
 Tables written (same columns as the Ascend readers):
 
 * ``kernels``: one row per device kernel (``cat: kernel``; ``accelerator='GPU'``), linked to the
-  launching CPU op by ``External id`` (``op_type`` = that op's name, e.g. ``aten::mm``; the kernel
-  name when unlinked, ``op_type_derived``), ``connection_id`` = ``correlation``, ``cann_api_name`` =
-  the launching runtime call (``cudaLaunchKernel``). ``gpu_memcpy``/``gpu_memset`` are kept apart:
-  counted in the capture's ``table_rows``, not written as kernels (the Ascend readers likewise skip
-  TASK memcpy rows). A trace with *no* device events (CPU-only run) writes its innermost CPU ops (no
+  launching CPU op by :func:`_link_kernels` (External id, else correlation → runtime launch event → its
+  External id or the innermost enclosing ``cpu_op``; graph replays and orphans labelled), the link kind in
+  ``match_confidence`` (:data:`LINK_KINDS`), ``op_type`` = that op's name (e.g. ``aten::mm``; the kernel
+  name when unlinked or replayed from a graph, ``op_type_derived``), ``connection_id`` = ``correlation``,
+  ``cann_api_name`` = the launching runtime call (``cudaLaunchKernel``, ``hipGraphLaunch`` …), ``step`` from
+  the ``ProfilerStep#N`` range holding the launch (:mod:`tilake.ingest.profiler.steps`, fed by the temp
+  table ``_launch``). ``gpu_memcpy``/``gpu_memset`` are kept apart: counted in the capture's
+  ``table_rows``, not written as kernels (the Ascend readers likewise skip TASK memcpy rows). A trace with *no* device events (CPU-only run) writes its innermost CPU ops (no
   ``cpu_op`` outside :data:`NO_KERNEL_OPS`, autograd wrappers and scalar-only ops nested inside on the same thread) as the evidence, labelled ``accelerator='CPU'``,
   ``device_task_type='cpu_op'`` and ``schema_variant`` ``…+cpu_only``;
 * ``host_ops``: every ``cpu_op`` (``Input Dims``/``Input type`` as JSON lists when recorded);
