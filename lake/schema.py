@@ -97,7 +97,7 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("status", "VARCHAR", "ok | host_fallback | evidence_missing | unparsed | error"),
         ("reason", "VARCHAR"),
         ("backend", "VARCHAR", "ascend_db | ascend_text | torch_trace"),
-        ("rank_source", "VARCHAR", "file_name | profiler_info | worker (no rank id: rank_id -1) | default"),
+        ("rank_source", "VARCHAR", "file_name | profiler_info | distributedInfo (torch trace) | worker (no rank id: rank_id -1) | default"),
         ("worker", "VARCHAR", "worker folder of a capture without a rank id"),
         ("pid", "BIGINT", "process id from the <host>_<pid>_<ts>_ascend_pt folder name"),
         ("device_id", "INTEGER", "device of a capture without a rank id (RANK_DEVICE_MAP / NPU_INFO)"),

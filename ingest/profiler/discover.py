@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from tilake.errors import TilakeError
-from tilake.ingest.torch.find import find_traces, is_trace_name, rank_of
+from tilake.ingest.torch.find import find_traces, is_trace_name, trace_rank
 from tilake.lake.duck import sqlite_ro
 
 TEXT_FILES = ("kernel_details.csv", "op_statistic.csv", "api_statistic.csv", "operator_details.csv")
@@ -308,7 +308,8 @@ def explicit(path: Path, side: str) -> List[Capture]:
     if not path.exists():
         raise TilakeError("does not exist", path=path)
     if path.is_file() and (is_trace_name(path.name) or path.name.endswith((".json", ".json.gz"))):
-        return [Capture(side, rank_of(path.name), "trace", path)]
+        rank, src = trace_rank(path)
+        return [Capture(side, rank, "trace", path, rank_source=src)]
     if path.is_file():
         m = _DB_RE.match(path.name)
         pt = path.parent.parent if path.parent.name == "ASCEND_PROFILER_OUTPUT" else None

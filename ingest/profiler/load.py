@@ -176,7 +176,12 @@ def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResu
     if cap.kind == "trace":
         tr = ingest_trace(cap.path, w, part, row["capture_id"])
         row.update(tr.capture, size_bytes=file_size(cap.path), sha256=sha256_file(cap.path))
-        return CaptureResult(cap, tr.status, tr.reason, tr.kernels, tr.host_ops, "trace", tr.evidence)
+        if part["rank"] != cap.rank:  # distributedInfo.rank after traceEvents: known only after the stream
+            cap.rank = part["rank"]
+        if tr.capture.get("rank_source"):
+            cap.rank_source = tr.capture["rank_source"]
+        marks = StepMarks("ProfilerStep#N (user_annotation)", list(tr.marks)) if tr.marks else StepMarks()
+        return CaptureResult(cap, tr.status, tr.reason, tr.kernels, tr.host_ops, "trace", tr.evidence, marks=marks)
     if cap.kind == "raw":
         return CaptureResult(cap, "unparsed",
                              "raw profiler data not parsed (FRAMEWORK/ and PROF_* only): run "
@@ -204,7 +209,7 @@ def _restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int
     lines = []
     for side in ("train", "infer"):
         mine = [r for r in results if r.capture.side == side and r.status in USABLE and r.files
-                and r.capture.kind in ("db", "text")]
+                and r.capture.kind in ("db", "text", "trace")]
         marked = [r for r in mine if r.step_counts.per_step]
         for r in mine:
             if not r.step_counts.per_step:

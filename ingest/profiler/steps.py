@@ -160,7 +160,8 @@ def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
     """Rewrite the staged kernel Parquet ``files`` of one capture with their ``step`` filled in.
 
     Launch time = the kernel's ``CANN_API`` start (temp table ``_launch`` of :func:`stage_launch_times`,
-    when present and linked) else its device start; the step is the range holding it (a CASE over the
+    when present and linked; a torch trace's ``_launch`` holds its runtime launch event's start and marks
+    kernels without any launch, ``no_launch``: they get no step) else its device start; the step is the range holding it (a CASE over the
     ranges, streamed file to file). Marks without times (one ``step_trace_time.csv`` step) put every kernel
     in that step. Returns the counts per step, outside every step and in the open tail (``call_count``
     summed).
@@ -176,6 +177,10 @@ def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
                                   "AND temporary").fetchone()[0])
     last_end = max((b for _s, _a, b in timed), default=None)
     launch = "coalesce(h.t, k.start_ns)" if has_launch else "k.start_ns"
+    if has_launch and con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = '_launch' "
+                                  "AND column_name = 'no_launch'").fetchone()[0]:
+        # torch traces: a kernel known to have no launch (orphan) has no launch time, hence no step
+        launch = "CASE WHEN h.no_launch THEN NULL ELSE coalesce(h.t, k.start_ns) END"
     join = "LEFT JOIN _launch h ON h.conn = k.connection_id" if has_launch else ""
     step = _step_case(timed, launch) if timed else f"CAST({marks.steps[0]} AS INTEGER)"
     tail = f"{launch} > {int(last_end)}" if last_end is not None else "false"

@@ -9,8 +9,15 @@ Format facts (Kineto's Chrome-trace writer as used by ``torch.profiler.profile.e
 and ``tensorboard_trace_handler``; checked against a trace written by torch 2.13 on CPU):
 
 * the file is one JSON object: header keys (``schemaVersion`` = 1, ``deviceProperties``,
-  ``with_stack``, ``record_shapes``, ``baseTimeNanoseconds``, ``distributedInfo`` …) come *before*
-  ``traceEvents``; a legacy autograd-profiler export (PyTorch < 1.8.1) is a bare JSON array;
+  ``with_stack``, ``record_shapes``, ``baseTimeNanoseconds``, ``distributedInfo`` …) come before
+  ``traceEvents`` in Kineto's own writer, but *after* it in traces re-written by other exporters (the
+  HF-transformers/TraceLens Qwen traces of ``../shared/fixtures/real_gpu_traces``: ``metadata``,
+  ``traceEvents``, then ``schemaVersion`` … ``baseTimeNanoseconds``). Both are read in the one streaming
+  pass: the head by :func:`read_header`, the keys after the array from the bytes the stream read after
+  the last event (:class:`_TailReader`); a legacy autograd-profiler export (PyTorch < 1.8.1) is a bare
+  JSON array;
+* ``distributedInfo`` = ``{"backend", "rank", "world_size", …}`` (torch ``_ExperimentalConfig`` /
+  ``torch.profiler`` ``_get_distributed_info``): the rank of the process that wrote the trace;
 * events are ``ph: X`` complete events with ``ts``/``dur`` in microseconds (float, 3 decimals).
   Absolute epoch time is ``baseTimeNanoseconds + ts * 1000`` when the header has the key;
 * ``cat``: ``cpu_op`` (``aten::…`` and other operators; ``args``: ``External id``,
@@ -30,6 +37,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -58,7 +66,7 @@ FILES = {
     "ops": ["idx", "name", "pid", "tid", "ts", "dur", "ext_id", "seq", "fwd_tid", "dims", "types"],
     "device": ["idx", "cat", "name", "pid", "tid", "ts", "dur", "ext_id", "corr", "device", "stream",
                "grid", "block", "bytes"],
-    "runtime": ["corr", "ext_id", "name", "tid", "ts", "dur"],
+    "runtime": ["corr", "ext_id", "name", "tid", "ts", "dur", "pid"],
     "ranges": ["cat", "name", "tid", "ts", "dur"],
     "py": ["py_id", "parent_id", "name", "pid", "tid", "ts", "dur"],
 }
@@ -75,10 +83,17 @@ class TraceScan:
             anything else by its own ``cat``). steps: ``ProfilerStep#N`` ranges seen.
         start_ns / end_ns: session bounds over all ``ph:X`` events (absolute ns).
         legacy: the file is a bare JSON array (autograd profiler, PyTorch < 1.8.1).
+        distributed: ``distributedInfo`` (``rank``, ``world_size``, ``backend``; {} when absent).
+        keys_after_events: top-level keys written after ``traceEvents`` (read from the stream's tail).
+        cpu_start_ns: first ``cpu_op`` start (trace clock ns): kernels before it with no launch event are
+            orphans (ran before the CPU window).
     """
 
     header: Dict = field(default_factory=dict)
     device_names: list = field(default_factory=list)
+    distributed: Dict = field(default_factory=dict)
+    keys_after_events: list = field(default_factory=list)
+    cpu_start_ns: Optional[int] = None
     counts: Counter = field(default_factory=Counter)
     steps: int = 0
     start_ns: Optional[int] = None
@@ -138,13 +153,89 @@ def read_header(path: Path) -> TraceScan:
                     scan.header[prefix] = value
                 elif prefix == "deviceProperties.item.name" and event == "string":
                     scan.device_names.append(value)
+                elif prefix.startswith("distributedInfo.") and prefix.count(".") == 1 and event in (
+                        "string", "number", "boolean", "null"):
+                    scan.distributed[prefix.split(".", 1)[1]] = value
     except (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
         raise _truncated(path, exc) from exc
     raise TilakeError("not a Chrome trace: no traceEvents array", path=path)
 
 
+class _TailReader:
+    """File wrapper for ``ijson`` that keeps the bytes read since the chunk holding the end of the latest
+    event (``pin()`` after each event): after the stream ends they hold the end of ``traceEvents`` and
+    every top-level key written after it. yajl2_c parses a whole chunk before it reads the next one, so the
+    chunk read last when an event is yielded holds that event's end."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.chunks: list = []
+        self.read_count = 0
+        self.pinned = 0
+
+    def read(self, size: int = -1) -> bytes:
+        b = self.f.read(size)
+        if b:
+            self.chunks.append(b)
+            self.read_count += 1
+            extra = len(self.chunks) - (self.read_count - self.pinned)
+            if extra > 0:
+                del self.chunks[:extra]
+        return b
+
+    def pin(self) -> None:
+        """Keep from the newest chunk on (called after an event was taken)."""
+        self.pinned = self.read_count - 1
+
+    def tail(self) -> bytes:
+        """The bytes kept (from the chunk holding the last event's end to the end of the file)."""
+        return b"".join(self.chunks)
+
+
+_CLOSE_RE = re.compile(rb"\]\s*,\s*\"")
+
+
+def keys_after_events(tail: bytes) -> Dict:
+    """Top-level keys that follow the ``traceEvents`` array, parsed from the stream's ``tail`` bytes.
+
+    The array's closing ``]`` is the first ``]`` followed by ``, "`` from which the rest of the text
+    parses as the remaining members of one JSON object (``{`` + rest); a ``]`` inside an event leaves an
+    unbalanced ``}`` and fails, and one in a header list before the array (small files are kept whole)
+    gives an object that still holds ``traceEvents``. Returns {} when no key follows the array (Kineto's
+    own writer order).
+    """
+    for m in _CLOSE_RE.finditer(tail):
+        rest = tail[m.start() + 1:].lstrip()[1:]  # drop "]" and ","
+        try:
+            obj = json.loads(b"{" + rest)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "traceEvents" not in obj:  # a "]" of a header list before the array
+            return obj
+    return {}
+
+
+def merge_header(scan: TraceScan, extra: Dict) -> None:
+    """Fold top-level keys read after ``traceEvents`` into ``scan`` (scalars, device names,
+    ``distributedInfo``); keys already read from the head win."""
+    for k, v in extra.items():
+        if k == "traceEvents":
+            continue
+        scan.keys_after_events.append(k)
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            scan.header.setdefault(k, v)
+        elif k == "deviceProperties" and isinstance(v, list) and not scan.device_names:
+            scan.device_names = [d.get("name") for d in v if isinstance(d, dict) and "name" in d]
+        elif k == "distributedInfo" and isinstance(v, dict) and not scan.distributed:
+            scan.distributed = {a: b for a, b in v.items() if isinstance(b, (str, int, float, bool)) or b is None}
+
+
 def _ns(x) -> Optional[int]:
-    return None if x is None else round(float(x) * 1000)
+    """µs (int or float) → integer ns; ints stay exact (2022 Kineto writes absolute epoch µs as ints,
+    ~1.7e15, where a float product would be off by ~100 ns)."""
+    if x is None:
+        return None
+    return x * 1000 if isinstance(x, int) else round(float(x) * 1000)
 
 
 def _event_ns(e: dict, key: str, idx: int, path: Path) -> Optional[int]:
@@ -169,20 +260,35 @@ def _event_ns(e: dict, key: str, idx: int, path: Path) -> Optional[int]:
     return ns
 
 
+_MAX_US = float(1 << 62) / 1000  # 2**62 ns (year 2116) in µs
+
+
+def _plausible_us(x) -> bool:
+    """``x`` is absent or an int/float µs time within ±2**62 ns (NaN and strings are not)."""
+    return x is None or (type(x) in (int, float) and -_MAX_US < x < _MAX_US)
+
+
 def _s(x) -> Optional[str]:
     """A name on one CSV line (DuckDB's parallel CSV reader needs rows without embedded newlines)."""
-    return x.replace("\n", " ").replace("\r", " ") if isinstance(x, str) else x
+    if isinstance(x, str) and ("\n" in x or "\r" in x):
+        return x.replace("\n", " ").replace("\r", " ")
+    return x
+
+
+_ENC = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps(..., separators=) builds one per call
 
 
 def _j(x) -> Optional[str]:
-    return None if x is None else json.dumps(x, separators=(",", ":"))
+    return None if x is None else _ENC(x)
 
 
 def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
     """Stream ``traceEvents`` of ``path`` into CSV files under ``folder``; fills ``scan``.
 
-    Times in the CSVs are integer ns on the trace's own clock (``ts * 1000``); the loader adds
-    ``baseTimeNanoseconds``. Returns the CSV path per staging file name (:data:`FILES`).
+    Times in the CSVs are the trace's own µs as written (ints stay ints); the loader makes integer ns
+    (``ts * 1000``, exact for every double), then adds ``baseTimeNanoseconds``. Returns
+    the CSV path per staging file name (:data:`FILES`). ``ProfilerStep#N`` ranges are taken from
+    ``user_annotation`` (and ``cpu_op`` in older torch) events, never from ``gpu_user_annotation``.
 
     Raises:
         TruncatedTrace: the JSON or gzip stream ends early or is malformed (names the file).
@@ -190,51 +296,76 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {k: folder / f"{k}.csv" for k in FILES}
     handles = {k: open(p, "w", newline="", encoding="utf-8") for k, p in paths.items()}
-    w = {k: csv.writer(h) for k, h in handles.items()}
-    counts = scan.counts
-    lo, hi = None, None
-    idx = 0
+    w = {k: csv.writer(h).writerow for k, h in handles.items()}
+    w_ops, w_dev, w_rt, w_rng, w_py = w["ops"], w["device"], w["runtime"], w["ranges"], w["py"]
+    counts: Dict[str, int] = {}
+    cat_of = CATEGORY.get
+    inf = float("inf")
+    lo, hi, cpu_lo = inf, -inf, inf
+    idx = steps = 0
+    empty: Dict = {}
     try:
-        with open_trace(path) as f:
+        with open_trace(path) as raw:
+            f = _TailReader(raw)
             for e in ijson.items(f, "traceEvents.item", use_float=True):
+                f.pinned = f.read_count - 1
                 idx += 1
-                ph = e.get("ph")
-                raw_cat = e.get("cat")
-                if ph != "X":
-                    counts["metadata" if ph == "M" else (raw_cat or f"ph:{ph}")] += 1
+                get = e.get
+                raw_cat = get("cat")
+                if get("ph") != "X":
+                    ph = get("ph")
+                    key = "metadata" if ph == "M" else (raw_cat or f"ph:{ph}")
+                    counts[key] = counts.get(key, 0) + 1
                     continue
-                cat = CATEGORY.get(raw_cat, raw_cat or "uncategorised")
-                counts[cat] += 1
-                name = e.get("name")
-                ts, dur = _event_ns(e, "ts", idx, path), _event_ns(e, "dur", idx, path) or 0
+                cat = cat_of(raw_cat) or raw_cat or "uncategorised"
+                counts[cat] = counts.get(cat, 0) + 1
+                # times stay in µs as written (int or float); the loader turns them into exact ns.
+                # A time that is not a finite number within 2**62 ns names its event (_event_ns raises)
+                ts, dur = get("ts"), get("dur")
+                if not (_plausible_us(ts) and _plausible_us(dur)):
+                    _event_ns(e, "ts", idx, path)
+                    _event_ns(e, "dur", idx, path)
                 if ts is not None:
-                    lo = ts if lo is None or ts < lo else lo
-                    hi = ts + dur if hi is None or ts + dur > hi else hi
-                args = e.get("args") or {}
-                tid = e.get("tid")
-                if isinstance(name, str) and name.startswith("ProfilerStep#") and cat != "gpu_user_annotation":
-                    scan.steps += 1
-                    w["ranges"].writerow(("user_annotation", _s(name), tid, ts, dur))
+                    if ts < lo:
+                        lo = ts
+                    end = ts + (dur or 0)
+                    if end > hi:
+                        hi = end
+                args = get("args") or empty
+                if cat == "python_function":
+                    w_py((args.get("Python id"), args.get("Python parent id"), _s(get("name")),
+                          get("pid"), get("tid"), ts, dur))
+                    continue
+                name = get("name")
+                if cat in ("cpu_op", "user_annotation") and isinstance(name, str) and name.startswith("ProfilerStep#"):
+                    steps += 1
+                    w_rng(("user_annotation", _s(name), get("tid"), ts, dur))
                     continue
                 if cat == "cpu_op":
-                    w["ops"].writerow((idx, _s(name), e.get("pid"), tid, ts, dur, args.get("External id"),
-                                       args.get("Sequence number"), args.get("Fwd thread id"),
-                                       _j(args.get("Input Dims")), _j(args.get("Input type"))))
-                elif cat in DEVICE_CATS:
-                    w["device"].writerow((idx, cat, _s(name), e.get("pid"), tid, ts, dur, args.get("External id"),
-                                          args.get("correlation"), args.get("device"), args.get("stream"),
-                                          _j(args.get("grid")), _j(args.get("block")), args.get("bytes")))
+                    if ts is not None and ts < cpu_lo:
+                        cpu_lo = ts
+                    w_ops((idx, _s(name), get("pid"), get("tid"), ts, dur, args.get("External id"),
+                           args.get("Sequence number"), args.get("Fwd thread id"),
+                           _j(args.get("Input Dims")), _j(args.get("Input type"))))
                 elif cat in ("cuda_runtime", "cuda_driver"):
-                    w["runtime"].writerow((args.get("correlation"), args.get("External id"), _s(name), tid, ts, dur))
+                    w_rt((args.get("correlation"), args.get("External id"), _s(name), get("tid"), ts, dur, get("pid")))
+                elif cat in DEVICE_CATS:
+                    w_dev((idx, cat, _s(name), get("pid"), get("tid"), ts, dur, args.get("External id"),
+                           args.get("correlation"), args.get("device"), args.get("stream"),
+                           _j(args.get("grid")), _j(args.get("block")), args.get("bytes")))
                 elif cat in ("user_annotation", "gpu_user_annotation"):
-                    w["ranges"].writerow((cat, _s(name), tid, ts, dur))
-                elif cat == "python_function":
-                    w["py"].writerow((args.get("Python id"), args.get("Python parent id"), _s(name),
-                                      e.get("pid"), tid, ts, dur))
+                    w_rng((cat, _s(name), get("tid"), ts, dur))
+            merge_header(scan, keys_after_events(f.tail()))
     except (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
+        scan.counts.update(counts)
+        scan.steps += steps
         raise _truncated(path, exc, idx) from exc
     finally:
         for h in handles.values():
             h.close()
-    scan.start_ns, scan.end_ns = lo, hi
+    scan.counts.update(counts)
+    scan.steps += steps
+    scan.start_ns = None if lo == inf else _ns(lo)
+    scan.end_ns = None if hi == -inf else _ns(hi)
+    scan.cpu_start_ns = None if cpu_lo == inf else _ns(cpu_lo)
     return paths

@@ -26,7 +26,26 @@ def rank_of(name: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def trace_rank(path: Path) -> Tuple[int, str]:
+    """(rank, source) of one trace: ``distributedInfo.rank`` when the head of the object has it
+    (``distributedInfo``), else the file name (``file_name``), else 0 (``default``). A
+    ``distributedInfo`` written after ``traceEvents`` is read by the ingest's streaming pass, which
+    then moves the capture to that rank. An unreadable head falls back to the file name (the ingest
+    reports the damage)."""
+    from tilake.errors import TilakeError
+    from tilake.ingest.torch.events import read_header
+
+    try:
+        r = read_header(Path(path)).distributed.get("rank")
+    except (TilakeError, OSError):
+        r = None
+    if isinstance(r, int) and not isinstance(r, bool) and r >= 0:
+        return r, "distributedInfo"
+    m = _RANK_RE.search(Path(path).name)
+    return (int(m.group(1)), "file_name") if m else (0, "default")
+
+
 def find_traces(root: Path) -> List[Tuple[Path, int]]:
-    """Every trace file under ``root`` (sorted), with its rank."""
-    return [(p, rank_of(p.name)) for p in sorted(Path(root).rglob("*.json*"))
+    """Every trace file under ``root`` (sorted), with its rank (:func:`trace_rank`)."""
+    return [(p, trace_rank(p)[0]) for p in sorted(Path(root).rglob("*.json*"))
             if p.is_file() and is_trace_name(p.name)]

@@ -11,11 +11,14 @@ Where verl writes traces (``global_profiler.tool=torch``; verl ``docs/perf/torch
 Tables written (same columns as the Ascend readers):
 
 * ``kernels``: one row per device kernel (``cat: kernel``; ``accelerator='GPU'``), linked to the
-  launching CPU op by ``External id`` (``op_type`` = that op's name, e.g. ``aten::mm``; the kernel
-  name when unlinked, ``op_type_derived``), ``connection_id`` = ``correlation``, ``cann_api_name`` =
-  the launching runtime call (``cudaLaunchKernel``). ``gpu_memcpy``/``gpu_memset`` are kept apart:
-  counted in the capture's ``table_rows``, not written as kernels (the Ascend readers likewise skip
-  TASK memcpy rows). A trace with *no* device events (CPU-only run) writes its innermost CPU ops (no
+  launching CPU op by :func:`_link_kernels` (External id, else correlation → runtime launch event → its
+  External id or the innermost enclosing ``cpu_op``; graph replays and orphans labelled), the link kind in
+  ``match_confidence`` (:data:`LINK_KINDS`), ``op_type`` = that op's name (e.g. ``aten::mm``; the kernel
+  name when unlinked or replayed from a graph, ``op_type_derived``), ``connection_id`` = ``correlation``,
+  ``cann_api_name`` = the launching runtime call (``cudaLaunchKernel``, ``hipGraphLaunch`` …), ``step`` from
+  the ``ProfilerStep#N`` range holding the launch (:mod:`tilake.ingest.profiler.steps`, fed by the temp
+  table ``_launch``). ``gpu_memcpy``/``gpu_memset`` are kept apart: counted in the capture's
+  ``table_rows``, not written as kernels (the Ascend readers likewise skip TASK memcpy rows). A trace with *no* device events (CPU-only run) writes its innermost CPU ops (no
   ``cpu_op`` outside :data:`NO_KERNEL_OPS`, autograd wrappers and scalar-only ops nested inside on the same thread) as the evidence, labelled ``accelerator='CPU'``,
   ``device_task_type='cpu_op'`` and ``schema_variant`` ``…+cpu_only``;
 * ``host_ops``: every ``cpu_op`` (``Input Dims``/``Input type`` as JSON lists when recorded);
@@ -31,7 +34,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, Tuple
 
 import duckdb
 
@@ -41,6 +44,16 @@ from tilake.ingest.torch.events import (KNOWN_SCHEMA_VERSIONS, TraceScan, Trunca
 from tilake.lake.duck import sql_str
 
 BACKEND = "torch_trace"
+# how a kernel was linked to its launching CPU op (kernels.match_confidence of a torch trace)
+LINK_KINDS = {
+    "external_id": "the kernel's External id names a cpu_op",
+    "launch_external_id": "correlation id → runtime launch event whose External id names a cpu_op",
+    "launch_enclosing": "correlation id → runtime launch event → innermost cpu_op on its thread holding it",
+    "graph_replay": "replayed from a CUDA/HIP graph (correlation id → cudaGraphLaunch/hipGraphLaunch)",
+    "orphan": "no launch event and ran before the first cpu_op (before the CPU window)",
+    "unlinked": "no launching op found",
+}
+GRAPH_LAUNCH_RE = r"(?i)graphlaunch"
 # CPU ops that only make views, read metadata or allocate: on a device they launch no kernel, so a
 # CPU-only trace skips them when it picks the ops that stand for kernels (PyTorch docs "Tensor Views"
 # lists the view ops; empty*/resolve_* allocate or flip flags).
@@ -66,7 +79,7 @@ _TYPES = {
     "device": "idx BIGINT, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT, "
               "ext_id BIGINT, corr BIGINT, device VARCHAR, stream VARCHAR, grid VARCHAR, block VARCHAR, "
               "bytes BIGINT",
-    "runtime": "corr BIGINT, ext_id BIGINT, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
+    "runtime": "corr BIGINT, ext_id BIGINT, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT, pid VARCHAR",
     "ranges": "cat VARCHAR, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
     "py": "py_id BIGINT, parent_id BIGINT, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
 }
@@ -79,6 +92,8 @@ class TraceResult:
     Attributes:
         status: ``ok`` (device kernels, or CPU ops of a CPU-only trace) or ``evidence_missing``.
         evidence: ``device`` | ``cpu_ops`` | ``none``. capture: values for the ``captures`` row.
+        marks: ``[(N, start_ns, end_ns)]`` of the ``ProfilerStep#N`` CPU ranges (absolute ns).
+        links: kernels per link kind (:data:`LINK_KINDS`; ``unlinked`` for none).
     """
 
     status: str
@@ -87,6 +102,8 @@ class TraceResult:
     host_ops: int = 0
     evidence: str = "none"
     capture: Dict = field(default_factory=dict)
+    marks: List[Tuple[int, int, int]] = field(default_factory=list)
+    links: Dict[str, int] = field(default_factory=dict)
 
 
 def _columns(table: str) -> str:
@@ -96,11 +113,20 @@ def _columns(table: str) -> str:
 
 
 def _load_csvs(con, paths: Dict[str, Path], tag: str) -> Dict[str, str]:
+    """Temp tables of the staged CSVs; ``ts``/``dur`` (µs as the trace wrote them) become integer ns, exact
+    for every value a DOUBLE holds (ijson reads the trace's floats as doubles)."""
     names = {}
     for key, path in paths.items():
         name = f"_trace_{key}_{tag}"
-        con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM read_csv({sql_str(path)}, header=false, '
-                    f"auto_detect=false, columns={_columns(key)}, quote='\"', escape='\"')")
+        cols = _columns(key).replace("'ts': 'BIGINT'", "'ts': 'DOUBLE'").replace("'dur': 'BIGINT'", "'dur': 'DOUBLE'")
+        # exact ns from µs doubles: whole µs (exact below 2^53, i.e. any epoch-µs int) × 1000 + the rounded
+        # fraction; a plain ts * 1000 in DOUBLE is off by up to 128 ns at 1.7e18
+        con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * REPLACE ('
+                    "CAST(floor(ts) AS BIGINT) * 1000 + CAST(round((ts - floor(ts)) * 1000) AS BIGINT) AS ts, "
+                    "CAST(floor(coalesce(dur, 0)) AS BIGINT) * 1000 "
+                    "+ CAST(round((coalesce(dur, 0) - floor(coalesce(dur, 0))) * 1000) AS BIGINT) AS dur) "
+                    f"FROM read_csv({sql_str(path)}, header=false, "
+                    f"auto_detect=false, columns={cols}, quote='\"', escape='\"')")
         names[key] = name
     return names
 
@@ -121,7 +147,8 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceR
 
     Args:
         path: the trace file. writer: :class:`tilake.lake.store.RunWriter`.
-        partition: ``{"side": …, "rank": …}``. capture_id: the capture's stable id.
+        partition: ``{"side": …, "rank": …}``; its ``rank`` is set to ``distributedInfo.rank`` when the
+            trace has one (wherever the key sits in the object). capture_id: the capture's stable id.
     Returns:
         :class:`TraceResult`; ``capture`` holds ``schema_variant``, ``schema_version``,
         ``table_rows`` (events per category, steps), ``session_*_ns``, ``truncated``, ``backend``.
@@ -151,6 +178,12 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceR
             paths = stream_events(path, folder, scan)
         except TruncatedTrace as exc:
             return _truncated_result(cap, exc, scan)
+        rank = trace_rank_of(scan)
+        if rank is not None:  # distributedInfo.rank (head or tail of the object) names the partition
+            partition["rank"] = rank
+            cap["rank_source"] = "distributedInfo"
+        version = scan.header.get("schemaVersion", version)
+        cap["schema_version"] = None if version is None else str(version)
         return _write(writer, partition, capture_id, scan, paths, cap, version)
     except duckdb.Error as exc:
         if type(exc).__name__ == "InterruptException":
@@ -158,6 +191,12 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceR
         raise TilakeError(f"cannot build lake tables from the trace ({str(exc).splitlines()[0]})", path=path) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def trace_rank_of(scan: TraceScan):
+    """``distributedInfo.rank`` as an int (torch.profiler writes it for an initialised process group), else None."""
+    r = scan.distributed.get("rank")
+    return r if isinstance(r, int) and not isinstance(r, bool) and r >= 0 else None
 
 
 def _truncated_result(cap: Dict, exc: TruncatedTrace, scan: TraceScan) -> TraceResult:
@@ -170,7 +209,24 @@ def _truncated_result(cap: Dict, exc: TruncatedTrace, scan: TraceScan) -> TraceR
     return TraceResult("evidence_missing", exc.reason, capture=cap)
 
 
+SMALL_STAGING_BYTES = 64 << 20
+"""Staged CSVs below this size are loaded and joined on one DuckDB thread: faster and ~35 MiB less peak RSS
+on the 40 MB V100 trace (1.28 s vs 1.63 s in-process, bench/README.md), where thread start-up and per-thread
+buffers outweigh the work; larger traces keep every core."""
+
+
 def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) -> TraceResult:
+    con = writer.con
+    threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    if sum(p.stat().st_size for p in paths.values()) < SMALL_STAGING_BYTES:
+        con.execute("SET threads = 1")
+    try:
+        return _write_tables(writer, partition, capture_id, scan, paths, cap, version)
+    finally:
+        con.execute(f"SET threads = {int(threads)}")
+
+
+def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, version) -> TraceResult:
     con = writer.con
     # bounded memory for multi-GB traces: DuckDB spills joins and sorts to the run's staging folder
     con.execute("SET memory_limit='600MB'")
@@ -181,6 +237,8 @@ def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) 
     base = int(scan.header.get("baseTimeNanoseconds") or 0)
     rows = {k: v for k, v in sorted(scan.counts.items())}
     rows["steps"] = scan.steps
+    if scan.keys_after_events:
+        rows["keys_after_traceEvents"] = len(scan.keys_after_events)
     cap.update(schema_variant=_variant(scan, n_py > 0), table_rows=json.dumps(rows, separators=(",", ":")),
                session_start_ns=None if scan.start_ns is None else base + scan.start_ns,
                session_end_ns=None if scan.end_ns is None else base + scan.end_ns)
@@ -196,29 +254,36 @@ def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) 
     cc = f'LEFT JOIN "{chain}" cc ON cc.idx = o.idx' if chain else ""
     ccol = "cc.callchain_id" if chain else "CAST(NULL AS BIGINT)"
     device = scan.counts["kernel"] > 0
+    links: Dict[str, int] = {}
     if device:
-        con.execute(f"""CREATE TEMP TABLE "_trace_k_{tag}" AS
-            SELECT d.*, r.name AS api, coalesce(d.ext_id, r.ext_id) AS link
-            FROM "{t['device']}" d
-            LEFT JOIN (SELECT corr, any_value(ext_id) AS ext_id, any_value(name) AS name
-                       FROM "{t['runtime']}" WHERE corr IS NOT NULL GROUP BY corr) r ON r.corr = d.corr
-            WHERE d.cat = 'kernel'""")
+        links = _link_kernels(con, t, tag, scan)
         first = f'(SELECT ext_id, min(idx) AS idx FROM "{t["ops"]}" WHERE ext_id IS NOT NULL GROUP BY ext_id)'
+        replay = "k.link_kind = 'graph_replay'"
         nk = writer.copy_query("kernels", f"""
             SELECT {cid} AS capture_id, 'trace' AS source_kind, k.idx AS global_task_id,
                    TRY_CAST(k.device AS INTEGER) AS device_id, TRY_CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream_id,
                    k.corr AS task_id, {base} + k.ts AS start_ns, {base} + k.ts + k.dur AS end_ns, k.dur AS dur_ns,
-                   k.name AS kernel_name, coalesce(o.name, k.name) AS op_type, o.name IS NULL AS op_type_derived,
+                   k.name AS kernel_name,
+                   CASE WHEN {replay} THEN k.name ELSE coalesce(o.name, k.name) END AS op_type,
+                   o.name IS NULL OR {replay} AS op_type_derived,
                    'GPU' AS accelerator, 'kernel' AS device_task_type, NULL AS block_dim,
                    o.dims AS input_shapes, o.types AS input_dtypes, NULL AS input_formats, NULL AS output_shapes,
                    NULL AS output_dtypes, NULL AS output_formats, k.corr AS connection_id, k.api AS cann_api_name,
                    o.idx AS host_op_id, o.name AS host_op_name, {ccol} AS callchain_id, 1 AS call_count, NULL AS step,
-                   CASE WHEN o.idx IS NOT NULL THEN 'connection' END AS match_confidence, NULL AS hf32_eligible
+                   k.link_kind AS match_confidence, NULL AS hf32_eligible
             FROM "_trace_k_{tag}" k
-            LEFT JOIN {first} f ON f.ext_id = k.link
-            LEFT JOIN "{t['ops']}" o ON o.idx = f.idx {cc}""", partition)
-        kcount = (f'(SELECT f.idx AS host_op_id, count(*) AS n FROM "_trace_k_{tag}" d '
-                  f'JOIN {first} f ON f.ext_id = d.link GROUP BY f.idx)')
+            LEFT JOIN "{t['ops']}" o ON o.idx = k.op_idx {cc}""", partition)
+        kcount = (f'(SELECT op_idx AS host_op_id, count(*) AS n FROM "_trace_k_{tag}" '
+                  f"WHERE op_idx IS NOT NULL GROUP BY op_idx)")
+        # launch time of each correlation id, for the step assignment
+        # (tilake.ingest.profiler.steps.assign_steps reads the temp table _launch(conn, t, no_launch)):
+        # the runtime call's start, else the linked op's start; orphans and kernels without a launch
+        # event or op have no launch time and so no step (no_launch)
+        con.execute("DROP TABLE IF EXISTS _launch")
+        con.execute(f"""CREATE TEMP TABLE _launch AS
+            SELECT k.corr AS conn, min({base} + coalesce(k.rts, o.ts)) AS t, bool_and(k.rts IS NULL AND o.ts IS NULL) AS no_launch
+            FROM "_trace_k_{tag}" k LEFT JOIN "{t['ops']}" o ON o.idx = k.op_idx
+            WHERE k.corr IS NOT NULL GROUP BY k.corr""")
     else:
         # CPU-only: the innermost ops that would launch a kernel are the evidence: among ops outside
         # NO_KERNEL_OPS and autograd wrappers, and not on 0-d/scalar inputs only (recorded shapes hold
@@ -252,13 +317,112 @@ def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) 
         SELECT {cid} AS capture_id, name AS message, {base} + ts AS start_ns, {base} + ts + dur AS end_ns,
                TRY_CAST(tid AS BIGINT) AS global_tid
         FROM "{t['ranges']}" WHERE cat = 'user_annotation'""", partition)
+    marks = [(int(n), base + a, base + b) for n, a, b in con.execute(
+        f"""SELECT TRY_CAST(regexp_extract(name, '^ProfilerStep#([0-9]+)$', 1) AS BIGINT) AS n, min(ts), max(ts + dur)
+            FROM "{t['ranges']}" WHERE cat = 'user_annotation' AND name LIKE 'ProfilerStep#%' AND ts IS NOT NULL
+            GROUP BY n HAVING n IS NOT NULL ORDER BY n""").fetchall()]
     for name in list(t.values()) + [f"_trace_k_{tag}", f"_trace_leaf_{tag}"] + ([chain] if chain else []):
         con.execute(f'DROP TABLE IF EXISTS "{name}"')
     if device:
-        return TraceResult("ok", f"device kernels (cat kernel) from {scan.counts['kernel']} events",
-                           nk, nh, "device", cap)
+        return TraceResult("ok", f"device kernels (cat kernel) from {scan.counts['kernel']} events; "
+                           + link_note(links), nk, nh, "device", cap, marks, links)
     return TraceResult("ok", "CPU-only trace: no device events (cat kernel/gpu_memcpy/gpu_memset); "
-                       f"{nk} innermost CPU ops (cpu_op) are the evidence, not device kernels", nk, nh, "cpu_ops", cap)
+                       f"{nk} innermost CPU ops (cpu_op) are the evidence, not device kernels", nk, nh, "cpu_ops", cap,
+                       marks)
+
+
+def _link_kernels(con, t: Dict[str, str], tag: str, scan: TraceScan) -> Dict[str, int]:
+    """Temp table ``_trace_k_<tag>``: every kernel with ``api`` / ``rts`` / ``rdur`` (its runtime launch
+    event), ``op_idx`` (the launching ``cpu_op``) and ``link_kind`` (:data:`LINK_KINDS`). Returns kernels
+    per link kind.
+
+    Order (HolisticTraceAnalysis 0.5 ``trace_parser`` / ``CallGraph``: a kernel's op is the innermost
+    ``cpu_op`` enclosing its runtime launch on the launching thread):
+
+    1. the kernel's ``External id`` names a ``cpu_op`` — unless it equals the kernel's ``correlation``:
+       2022-era Kineto wrote External id = correlation on kernels and runtime events (checked on the
+       A100/V100 HTA test traces), which names no op;
+    2. ``correlation`` → the runtime event (``cudaLaunchKernel``, ``hipLaunchKernel``,
+       ``hipExtModuleLaunchKernel``, ``cuLaunchKernelEx``, … any ``cuda_runtime``/``cuda_driver`` event);
+       a ``*GraphLaunch`` makes the kernel a graph replay; else the runtime event's External id when it
+       names a ``cpu_op``; else the innermost ``cpu_op`` on the same pid/tid whose [ts, ts+dur] holds
+       the runtime event (an inequality join on thread-offset times, so DuckDB runs it as an IEJoin);
+    3. no runtime event and the kernel started before the first ``cpu_op``: an orphan.
+    """
+    first = f'(SELECT ext_id, min(idx) AS idx FROM "{t["ops"]}" WHERE ext_id IS NOT NULL GROUP BY ext_id)'
+    con.execute(f"""CREATE TEMP TABLE "_trace_k0_{tag}" AS
+        SELECT d.*, r.name AS api, r.ts AS rts, r.dur AS rdur, r.pid AS rpid, r.tid AS rtid,
+               CASE WHEN d.ext_id IS DISTINCT FROM d.corr THEN fk.idx END AS k_op,
+               CASE WHEN r.ext_id IS DISTINCT FROM r.corr THEN fr.idx END AS r_op,
+               regexp_matches(coalesce(r.name, ''), {sql_str(GRAPH_LAUNCH_RE)}) AS replay
+        FROM "{t['device']}" d
+        LEFT JOIN (SELECT corr, arg_min(ext_id, ts) AS ext_id, arg_min(name, ts) AS name, min(ts) AS ts,
+                          arg_min(dur, ts) AS dur, arg_min(pid, ts) AS pid, arg_min(tid, ts) AS tid
+                   FROM "{t['runtime']}" WHERE corr IS NOT NULL GROUP BY corr) r ON r.corr = d.corr
+        LEFT JOIN {first} fk ON fk.ext_id = d.ext_id
+        LEFT JOIN {first} fr ON fr.ext_id = r.ext_id
+        WHERE d.cat = 'kernel'""")
+    # runtime events still without an op: innermost enclosing cpu_op on the same thread. Times are offset
+    # per thread (g * span) so that "o starts before and ends after r" can only hold on r's own thread
+    con.execute(f"""CREATE TEMP TABLE "_trace_need_{tag}" AS
+        SELECT DISTINCT corr, rpid AS pid, rtid AS tid, rts AS ts, rts + coalesce(rdur, 0) AS e
+        FROM "_trace_k0_{tag}" WHERE k_op IS NULL AND r_op IS NULL AND rts IS NOT NULL""")
+    lo, hi = con.execute(f"""SELECT least((SELECT min(ts) FROM "{t['ops']}"), (SELECT min(ts) FROM "_trace_need_{tag}")),
+        greatest((SELECT max(ts + dur) FROM "{t['ops']}"), (SELECT max(e) FROM "_trace_need_{tag}"))""").fetchone()
+    enc = f"_trace_enc_{tag}"
+    if lo is not None and hi is not None:
+        span = int(hi - lo) + 1
+        con.execute(f"""CREATE TEMP TABLE "_trace_thr_{tag}" AS
+            SELECT pid, tid, row_number() OVER (ORDER BY pid, tid) AS g FROM (SELECT DISTINCT pid, tid FROM "_trace_need_{tag}")""")
+        con.execute(f"""CREATE TEMP TABLE "{enc}" AS
+            WITH o AS (SELECT o.idx, h.g * {span} + (o.ts - {lo}) AS a, h.g * {span} + (o.ts + o.dur - {lo}) AS b
+                       FROM "{t['ops']}" o JOIN "_trace_thr_{tag}" h ON h.pid IS NOT DISTINCT FROM o.pid
+                            AND h.tid IS NOT DISTINCT FROM o.tid WHERE o.ts IS NOT NULL),
+                 n AS (SELECT n.corr, h.g * {span} + (n.ts - {lo}) AS a, h.g * {span} + (n.e - {lo}) AS b
+                       FROM "_trace_need_{tag}" n JOIN "_trace_thr_{tag}" h ON h.pid IS NOT DISTINCT FROM n.pid
+                            AND h.tid IS NOT DISTINCT FROM n.tid)
+            SELECT n.corr, first(o.idx ORDER BY o.a DESC, o.b ASC, o.idx DESC) AS idx
+            FROM n JOIN o ON o.a <= n.a AND o.b >= n.b GROUP BY n.corr""")
+        con.execute(f'DROP TABLE "_trace_thr_{tag}"')
+    else:
+        con.execute(f'CREATE TEMP TABLE "{enc}" (corr BIGINT, idx BIGINT)')
+    cpu0 = "NULL" if scan.cpu_start_ns is None else str(int(scan.cpu_start_ns))
+    con.execute(f"""CREATE TEMP TABLE "_trace_k_{tag}" AS
+        SELECT k.*, coalesce(k.k_op, k.r_op, e.idx) AS op_idx,
+               CASE WHEN k.k_op IS NOT NULL THEN 'external_id'
+                    WHEN k.replay THEN 'graph_replay'
+                    WHEN k.r_op IS NOT NULL THEN 'launch_external_id'
+                    WHEN e.idx IS NOT NULL THEN 'launch_enclosing'
+                    WHEN k.api IS NULL AND k.ts < {cpu0} THEN 'orphan' END AS link_kind
+        FROM "_trace_k0_{tag}" k LEFT JOIN "{enc}" e ON e.corr = k.corr""")
+    for name in (f"_trace_k0_{tag}", f"_trace_need_{tag}", enc):
+        con.execute(f'DROP TABLE IF EXISTS "{name}"')
+    out = {kind or "unlinked": int(n) for kind, n in con.execute(
+        f'SELECT link_kind, count(*) FROM "_trace_k_{tag}" GROUP BY link_kind').fetchall()}
+    if out.get("graph_replay"):
+        rows = con.execute(f"""SELECT k.api, count(DISTINCT k.corr), count(*), string_agg(DISTINCT o.name, ', ')
+            FROM "_trace_k_{tag}" k LEFT JOIN "{t['ops']}" o ON o.idx = k.op_idx
+            WHERE k.link_kind = 'graph_replay' GROUP BY k.api ORDER BY count(*) DESC""").fetchall()
+        out["_graph_ops"] = "; ".join(
+            f"{api} ({launches} launch(es), {n} kernels; enclosing cpu_op: {ops or 'none'})"
+            for api, launches, n, ops in rows)
+    return out
+
+
+def link_note(links: Dict[str, int]) -> str:
+    """One line on how the kernels were linked to ops (shares of :data:`LINK_KINDS`), for the capture reason."""
+    total = sum(v for k, v in links.items() if not k.startswith("_")) or 1
+
+    def part(kind: str, label: str) -> str:
+        n = links.get(kind, 0)
+        return f"{label} {n} ({100.0 * n / total:.1f} %)"
+    s = ("kernel → op links: " + ", ".join(part(k, lab) for k, lab in (
+        ("external_id", "External id"), ("launch_external_id", "launch event's External id"),
+        ("launch_enclosing", "launch event inside a cpu_op"), ("graph_replay", "graph replay"),
+        ("orphan", "orphans (before the CPU window)"), ("unlinked", "unlinked"))))
+    if links.get("graph_replay"):
+        s += f"; graph replays: {links['_graph_ops']}"
+    return s
 
 
 def _callchains(writer, partition, cid: str, t: Dict[str, str]) -> str:

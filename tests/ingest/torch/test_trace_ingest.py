@@ -192,3 +192,71 @@ def test_find_vllm_and_verl_trace_names(tmp_path):
     assert not is_trace_name("trace_view.json")  # Ascend's own Chrome trace is not a torch-profiler one
     sides = {c.path.name: c.side for c in discover(tmp_path)}
     assert sides == {"actor_prof_rank-2.json.gz": "train", "host_123.1764547200000.pt.trace.json.gz": "infer"}
+
+
+def _quirk_trace(path: Path, n_events: int = 3000) -> dict:
+    """A trace with the real GPU traces' quirks (../shared/fixtures/real_gpu_traces): header keys *after*
+    traceEvents with distributedInfo rank 5 (HF/TraceLens exporters), 2022-Kineto links (External id =
+    correlation on kernel and runtime event, the op has its own id), a hipGraphLaunch replaying 2 kernels,
+    an orphan kernel before the first cpu_op, integer epoch µs, and ProfilerStep#7/#8."""
+    t0 = 1661203462584767  # epoch µs as an int (2022 Kineto)
+    ev = [{"ph": "X", "cat": "kernel", "name": "orphan_kernel", "pid": 0, "tid": 7, "ts": t0 - 50, "dur": 3,
+           "args": {"correlation": 999999, "device": 0, "stream": 7}}]
+    for step in (7, 8):
+        base = t0 + (step - 7) * 1000
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                   "ts": base, "dur": 900})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": base + 10,
+                   "dur": 100, "args": {"External id": step}})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": base + 11,
+                   "dur": 2, "args": {"External id": 100 + step}})
+        corr = 5000 + step
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": base + 20,
+                   "dur": 5, "args": {"External id": corr, "correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "Cijk_Alik_Bljk_HHS_BH_MT64x64x32", "pid": 0, "tid": 7,
+                   "ts": base + 30, "dur": 8, "args": {"External id": corr, "correlation": corr, "device": 0,
+                                                        "stream": 7}})
+    ev.append({"ph": "X", "cat": "cuda_runtime", "name": "hipGraphLaunch", "pid": 1, "tid": 1, "ts": t0 + 1500,
+               "dur": 30, "args": {"correlation": 7777}})
+    for i in range(2):
+        ev.append({"ph": "X", "cat": "kernel", "name": f"paged_attention_ll4mi_QKV_mfma16_kernel_{i}", "pid": 0,
+                   "tid": 7, "ts": t0 + 1540 + i * 10, "dur": 5, "args": {"correlation": 7777, "device": 0}})
+    # padding python_function events so the file spans several 64 KiB read chunks
+    for i in range(n_events):
+        ev.append({"ph": "X", "cat": "python_function", "name": f"model.py({i}): forward", "pid": 1, "tid": 1,
+                   "ts": t0 + 950 + (i % 40), "dur": 0, "args": {"Python id": i + 1}})
+    doc_text = json.dumps({"traceEvents": ev})[:-1] + (
+        ', "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "AMD Instinct MI300X"}], '
+        '"distributedInfo": {"backend": "nccl", "rank": 5, "world_size": 8}, '
+        '"baseTimeNanoseconds": 0, "traceName": "x"}')
+    path.write_bytes(gzip.compress(doc_text.encode()))
+    return {"start_ns": (t0 - 50) * 1000}
+
+
+def test_real_trace_quirks_links_steps_rank_and_trailing_header(tmp_path):
+    """Generated with the quirks of the real GPU traces (see _quirk_trace); runs without ../shared."""
+    p = tmp_path / "host_123.1764547200000.pt.trace.json.gz"  # no rank in the name
+    exp = _quirk_trace(p)
+    assert len(gzip.decompress(p.read_bytes())) > 3 * 65536
+    lake, res = _ingest(tmp_path, explicit(p, "train") + explicit(p, "infer"))
+    cap = res.captures[0]
+    assert cap.capture.rank == 5 and cap.capture.rank_source == "distributedInfo"
+    k = {x["kernel_name"]: x for x in _dicts(lake, "kernels", "side = 'train'")}
+    assert len(k) == 4  # 4 names, 5 kernels
+    gemm = [x for x in _dicts(lake, "kernels", "side = 'train'") if x["kernel_name"].startswith("Cijk_")]
+    assert [(x["match_confidence"], x["host_op_name"], x["step"]) for x in sorted(gemm, key=lambda x: x["start_ns"])] == [
+        ("launch_enclosing", "aten::addmm", 7), ("launch_enclosing", "aten::addmm", 8)]
+    assert k["orphan_kernel"]["match_confidence"] == "orphan" and k["orphan_kernel"]["step"] is None
+    replay = [x for x in k.values() if x["match_confidence"] == "graph_replay"]
+    assert len(replay) == 2 and {x["cann_api_name"] for x in replay} == {"hipGraphLaunch"}
+    assert all(x["op_type"] == x["kernel_name"] and x["op_type_derived"] for x in replay)
+    row = _dicts(lake, "captures", "side = 'train'")[0]
+    assert row["rank"] == 5 and row["schema_version"] == "1" and row["session_start_ns"] == exp["start_ns"]
+    assert json.loads(row["table_rows"])["keys_after_traceEvents"] == 5
+    assert json.loads(row["steps"]) == {"7": 1, "8": 3}  # the graph launch is inside step 8
+    assert "graph replay 2 (40.0 %)" in row["reason"] and "orphans (before the CPU window) 1 (20.0 %)" in row["reason"]
+    # --profiler-step 8 keeps that step's kernels only (the orphan, with no launch, is in no step)
+    lake2 = Lake(tmp_path / "lake2")
+    ingest_profile(lake2, "t1", explicit(p, "train"), {}, allow_missing=True, progress=False, profiler_step=8)
+    kept = _dicts(lake2, "kernels")
+    assert sorted((x["kernel_name"][:4], x["step"]) for x in kept) == [("Cijk", 8), ("page", 8), ("page", 8)]

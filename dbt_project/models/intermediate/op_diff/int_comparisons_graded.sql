@@ -21,6 +21,12 @@ per_side as (
     from ops
     group by run_id, display_module, side
 ),
+side_unplaced as (
+    -- kernel calls a side runs in no module (uncategorized / other): the same math as a module the other
+    -- side shows may run there under another kernel family or unlinked, so "one side only" is not evidence
+    select run_id, side, sum(calls) filter (where display_module in ('other', 'uncategorized')) as unplaced
+    from ops group by run_id, side
+),
 side_equivs as (
     select run_id, side, list_sort(list(distinct equiv_class) filter (where equiv_class is not null)) as all_equivs
     from ops group by run_id, side
@@ -49,6 +55,7 @@ joined as (
            t.scopes as t_scopes, i.scopes as i_scopes, t.equivs as t_equivs, i.equivs as i_equivs,
            list_concat(coalesce(t.joined_by, []), coalesce(i.joined_by, [])) as joined_by,
            te.all_equivs as t_all_equivs, ie.all_equivs as i_all_equivs,
+           coalesce(tu.unplaced, 0) as t_unplaced, coalesce(iu.unplaced, 0) as i_unplaced,
            coalesce(fp.diff_fused_same_backend, false) as diff_fused_same_backend,
            coalesce(fp.diff_backend, false) as diff_backend
     from modules m
@@ -56,6 +63,8 @@ joined as (
     left join per_side i on i.run_id = m.run_id and i.module = m.module and i.side = 'infer'
     left join side_equivs te on te.run_id = m.run_id and te.side = 'train'
     left join side_equivs ie on ie.run_id = m.run_id and ie.side = 'infer'
+    left join side_unplaced tu on tu.run_id = m.run_id and tu.side = 'train'
+    left join side_unplaced iu on iu.run_id = m.run_id and iu.side = 'infer'
     left join fused_pairs fp on fp.run_id = m.run_id and fp.module = m.module
 ),
 sigs as (
@@ -92,6 +101,8 @@ rule_hits as (
         when 'one_side_with_equiv' then f.one_side and len(list_intersect(
                 coalesce(f.t_equivs, f.i_equivs, []),
                 coalesce(case when f.t_set is null then f.t_all_equivs else f.i_all_equivs end, []))) > 0
+        when 'one_side_other_unplaced' then f.one_side and f.module not in ('other', 'uncategorized') and (
+                (f.t_set is null and f.t_unplaced > 0) or (f.i_set is null and f.i_unplaced > 0))
         when 'one_side_no_equiv' then f.one_side
         when 'fused_vs_unfused' then f.both_sides and (
                 (f.t_fused and not f.i_fused and f.i_unfused >= 2) or

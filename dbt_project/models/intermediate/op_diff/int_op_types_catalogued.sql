@@ -5,10 +5,16 @@
 -- `aclnn_api` rows, e.g. every kernel of aclnnEmbeddingDenseBackward is backward) before the bare op
 -- type at equal priority; then, only for names no catalog row matches, op_catalog_fallback by kernel-name
 -- family and task type (AI_VECTOR_CORE → elementwise, ...), labelled category_source = 'fallback'.
+-- own_regex catalog rows and every fallback name_regex match the kernel's own name (tilake_kernel_own_name:
+-- no namespaces, template arguments or parameters), so text inside template arguments never decides.
 with names as (
     select op_type, kernel_name, min(accelerator) as accelerator
     from {{ ref('int_kernel_names_aggregated') }}
     group by op_type, kernel_name
+),
+named as (
+    select *, {{ tilake_kernel_own_name("kernel_name") }} as own_name
+    from names
 ),
 catalog as (
     select * from {{ ref('op_catalog') }}
@@ -22,15 +28,17 @@ matched as (
             partition by n.op_type, n.kernel_name
             order by c.priority,
                      case c.pattern_kind
-                         when 'aclnn_api' then 0 when 'op_type' then 1 when 'name_regex' then 2 else 3
+                         when 'aclnn_api' then 0 when 'op_type' then 1
+                         when 'own_regex' then 2 when 'name_regex' then 2 else 3
                      end,
                      c.pattern
         ) as rn
-    from names n
+    from named n
     join catalog c
       on (c.pattern_kind = 'op_type' and n.op_type = c.pattern)
       or (c.pattern_kind = 'op_regex' and regexp_matches(coalesce(n.op_type, ''), c.pattern))
       or (c.pattern_kind = 'name_regex' and regexp_matches(coalesce(n.kernel_name, ''), c.pattern))
+      or (c.pattern_kind = 'own_regex' and regexp_matches(coalesce(n.own_name, ''), c.pattern))
       or (c.pattern_kind = 'aclnn_api' and regexp_matches(
               regexp_extract(coalesce(n.kernel_name, ''), '^aclnn([A-Za-z0-9]+)_[A-Za-z0-9]+_', 1), c.pattern))
 ),
@@ -41,9 +49,9 @@ fallback as (
             partition by n.op_type, n.kernel_name
             order by f.priority, case f.pattern_kind when 'name_regex' then 0 else 1 end, f.pattern
         ) as rn
-    from names n
+    from named n
     join {{ ref('op_catalog_fallback') }} f
-      on (f.pattern_kind = 'name_regex' and regexp_matches(coalesce(n.kernel_name, ''), f.pattern))
+      on (f.pattern_kind = 'name_regex' and regexp_matches(coalesce(n.own_name, ''), f.pattern))
       or (f.pattern_kind = 'accelerator' and upper(coalesce(n.accelerator, '')) = f.pattern)
 )
 select
