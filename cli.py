@@ -167,6 +167,8 @@ PROFILE_OPTIONS = [
                  help="Model folder (or its config.json): the family is read from model_type."),
     click.option("--step", type=int, help="RL step that was profiled (a label; see --profiler-step)."),
     click.option("--profiler-step", type=int, help="Count only profiler step N (ProfilerStep#N) on every rank."),
+    click.option("--rl-step", type=int, help="With captures of several profiled RL steps (global_profiler.steps=[1,2], "
+                                             "<save_path>/<step>/...), ingest step N (they are never summed)."),
     click.option("--tag", "tags", multiple=True, type=KeyValue(),
                  help="key=value label stored with the run (repeatable)."),
     click.option("--allow-missing", is_flag=True,
@@ -187,14 +189,14 @@ def _profile_options(f):
 @click.argument("profiler_output", required=False, type=click.Path(path_type=Path))
 @_profile_options
 @LAKE_OPTION
-def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
-           allow_missing, lake_path):
+def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, rl_step,
+           tags, allow_missing, lake_path):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
     from tilake.pipeline.profile import ingest_command
     from tilake.reports.run_console import print_ingest
 
     res = ingest_command(profiler_output, _lake(lake_path), run_id, train, infer, allow_missing,
-                         profiler_step=profiler_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
+                         profiler_step=profiler_step, rl_step=rl_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags)
     print_ingest(res)
 
 
@@ -246,15 +248,15 @@ def report(run_id, out_dir, lang, lake_path):
 @LAKE_OPTION
 @JSON_OPTION
 @_dbt_progress
-def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
-            allow_missing, out_dir, lang, lake_path, as_json):
+def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, rl_step,
+            tags, allow_missing, out_dir, lang, lake_path, as_json):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
     from tilake.reports.run_console import finish
 
     lake = _lake(lake_path)
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
-                      progress=not as_json, profiler_step=profiler_step, model_id=model_id, model_family=model_family,
+                      progress=not as_json, profiler_step=profiler_step, rl_step=rl_step, model_id=model_id, model_family=model_family,
                       model_path=model_path, step=step, tags=tags)
     sys.exit(finish(res, lake.root, as_json))
 

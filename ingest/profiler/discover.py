@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from tilake.errors import TilakeError
-from tilake.ingest.torch.find import find_traces, is_trace_name, rank_of
+from tilake.ingest.torch.find import TraceName, find_summaries, find_traces, is_trace_name, trace_name
 
 TEXT_FILES = ("kernel_details.csv", "op_statistic.csv", "api_statistic.csv", "operator_details.csv")
 _DB_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
@@ -60,9 +60,17 @@ class Capture:
             or ``default`` (nothing said; rank 0).
         worker, pid, device_id: identity of a capture without a rank id (worker folder, process id from the
             ``<host>_<pid>_<ts>_ascend_pt`` name, device from ``RANK_DEVICE_MAP``/``NPU_INFO``).
-        role: verl role/replica folder names on the capture's path (``agent_loop_rollout_replica_0`` …), or "".
+        role: verl role/replica folder names on the capture's path (``agent_loop_rollout_replica_0`` …), or the
+            role a torch trace's name gives (``actor-rollout/train``, ``rollout replica 1``), or "".
         duplicates: captures of the same (side, rank, role) that :func:`dedupe` ignored in favour of this one.
         workers: number of rank-less worker captures of this side merged into the side total (0 if ranked).
+        rl_step / rl_step_source: the RL step the capture profiled (verl ``global_profiler.steps``) and where
+            that came from (``file_name`` ``…_step<N>_…``, ``folder`` ``<save_path>/<N>/…``, ``order`` the k-th
+            trace of a replica = the k-th profiled step), else None / "".
+        replica / engine_rank: rollout replica index and the engine's own (tensor-parallel) rank of a rollout
+            trace, when known; replicas repeat engine rank 0, so each gets its own rank slot
+            (:func:`assign_replica_ranks`, ``rank_source`` ``replica`` or ``global_rank``).
+        ignored: files beside the capture recognised and not read as evidence (vLLM ``profiler_out_<r>.txt``).
     """
 
     side: str
@@ -80,6 +88,11 @@ class Capture:
     role: str = ""
     duplicates: List["Capture"] = field(default_factory=list)
     workers: int = 0
+    rl_step: Optional[int] = None
+    rl_step_source: str = ""
+    replica: Optional[int] = None
+    engine_rank: Optional[int] = None
+    ignored: List[Path] = field(default_factory=list)
 
     @property
     def rankless(self) -> bool:
@@ -96,6 +109,12 @@ class Capture:
         base = (self.pt_dir or self.path).name
         digest = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:8]
         return re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.side}-r{self.rank}-{base}-{digest}")
+
+
+#: verl torch-trace scopes/prefixes that belong to the rollout (inference) side
+_INFER_SCOPE_RE = re.compile(r"^(rollout|generate|vllm|sglang|infer)", re.I)
+#: the older layout ``<save_path>/<step>/e2e/…``: a numeric first folder is the RL step
+_STEP_DIR_RE = re.compile(r"^(?:step[_-]?)?(\d+)$")
 
 
 def side_of(rel_parts: List[str]) -> str:
@@ -284,14 +303,145 @@ def discover(root: Path) -> List[Capture]:
         caps.append(Capture(side_of(list(db.relative_to(root).parts)), int(m.group(1)) if m.group(1) else 0,
                             "db", db, rank_source="file_name" if m.group(1) else "default",
                             role=role_of(list(db.relative_to(root).parts[:-1]))))
-    for tr, rank in find_traces(root):  # torch-profiler traces (global_profiler.tool=torch)
-        caps.append(Capture(side_of(list(tr.relative_to(root).parts)), rank, "trace", tr))
+    for tr, _rank in find_traces(root):  # torch-profiler traces (global_profiler.tool=torch)
+        caps.append(trace_capture(tr, list(tr.relative_to(root).parts)))
+    _attach_summaries(caps, root)
+    for c in caps:
+        if c.rl_step is None:
+            m = _STEP_DIR_RE.match(c.path.relative_to(root).parts[0]) if len(c.path.relative_to(root).parts) > 1 else None
+            if m:
+                c.rl_step, c.rl_step_source = int(m.group(1)), "folder"
     if not caps:
-        raise TilakeError("no *_ascend_pt folder, ascend_pytorch_profiler*.db or torch trace "
-                          "(prof_rank-*.json.gz, *.pt.trace.json) found "
-                          "(expected e2e/… for training and agent_loop_rollout_replica_*/… for inference)",
-                          path=root)
+        raise TilakeError("no profiler capture found: no *_ascend_pt folder, ascend_pytorch_profiler*.db, "
+                          "or PyTorch-profiler trace", path=root, hint=NOTHING_FOUND_HINT)
     return sorted(caps, key=lambda c: (c.side != "train", c.rank, str(c.path)))
+
+
+#: the layouts discovery knows, for "nothing found" errors
+NOTHING_FOUND_HINT = (
+    "Ascend: e2e/<host>_<pid>_<ts>_ascend_pt/ (training) and agent_loop_rollout_replica_*/…_ascend_pt/ (rollout); "
+    "PyTorch profiler (global_profiler.tool=torch): verl >= 0.9 <role>_<scope>_step<N>_rank<r>-of-<ws>_pid<pid>_<ts>.json.gz "
+    "(training) and agent_loop_rollout_replica_<r>/*.pt.trace.json.gz or rollout-replica<r>_*.pt.trace.json.gz "
+    "(rollout), older verl [<role>/]prof_rank-<r>.json.gz, or any *.json[.gz] Chrome trace (traceEvents)")
+
+
+def trace_capture(path: Path, rel_parts: List[str], side: Optional[str] = None) -> Capture:
+    """A torch-trace capture with the identity its name and folders give (:func:`tilake.ingest.torch.find.trace_name`).
+
+    Side (when not given): a verl >= 0.9 training-worker name is train unless its prefix/scope names the
+    rollout; a replica folder or a relocated ``rollout-replica<r>_`` name is infer; otherwise the folder names
+    decide (:func:`side_of`).
+    """
+    tn: TraceName = trace_name(path, rel_parts)
+    if side is None:
+        if tn.layout == "verl09":
+            side = "infer" if _INFER_SCOPE_RE.match(tn.prefix or "") or _INFER_SCOPE_RE.match(tn.scope or "") \
+                else "train"
+        elif tn.replica is not None:
+            side = "infer"
+        else:
+            side = side_of(rel_parts)
+    role = tn.role or role_of(rel_parts[:-1])
+    cap = Capture(side, tn.rank, "trace", Path(path), role=role, pid=tn.pid,
+                  rank_source="file_name" if tn.rank_named else "default")
+    cap.replica = tn.replica
+    if tn.replica is not None:
+        cap.engine_rank = tn.rank
+        if tn.global_rank is not None:
+            cap.rank, cap.rank_source = tn.global_rank, "global_rank"
+    if tn.rl_step is not None:
+        cap.rl_step, cap.rl_step_source = tn.rl_step, "file_name"
+    return cap
+
+
+def _attach_summaries(caps: List[Capture], root: Path) -> None:
+    """vLLM's ``profiler_out_<r>.txt`` summaries: listed on a trace capture of the same folder (else the
+    first infer capture), never read as evidence."""
+    for txt in find_summaries(root):
+        near = [c for c in caps if c.kind == "trace" and c.path.parent == txt.parent]
+        near = near or [c for c in caps if c.side == "infer"]
+        if near:
+            near[0].ignored.append(txt)
+
+
+def assign_replica_ranks(caps: List[Capture]) -> List[Capture]:
+    """Rollout replicas repeat engine rank 0 (each replica is its own vLLM engine): give every replica's trace
+    its own rank slot per side, in (replica, engine rank) order, so replicas are counted per replica and never
+    merged or dropped as duplicates. Relocated traces with ``-globalrank<g>`` keep ``g``.
+    ``rank_source`` becomes ``replica``."""
+    for side in {c.side for c in caps}:
+        reps = [c for c in caps if c.side == side and c.replica is not None and c.rank_source != "global_rank"]
+        if not reps:
+            continue
+        keys = sorted({(c.replica, c.engine_rank or 0) for c in reps})
+        taken = {c.rank for c in caps if c.side == side and c.replica is None}
+        slots, nxt = {}, 0
+        for k in keys:
+            while nxt in taken:
+                nxt += 1
+            slots[k] = nxt
+            nxt += 1
+        for c in reps:
+            c.rank, c.rank_source = slots[(c.replica, c.engine_rank or 0)], "replica"
+    return caps
+
+
+def rl_steps(caps: List[Capture]) -> List[int]:
+    """The RL steps the captures profiled (sorted; empty when no capture says)."""
+    return sorted({c.rl_step for c in caps if c.rl_step is not None})
+
+
+def order_rollout_steps(caps: List[Capture]) -> None:
+    """With several profiled RL steps, a replica folder holds one rollout trace per step and the names carry no
+    step: the k-th trace of a (replica, engine rank) by file name order (vLLM names end in the ms timestamp)
+    is the k-th profiled step; ``rl_step_source`` says ``order``. Done only when the counts match."""
+    steps = rl_steps(caps)
+    if len(steps) < 2:
+        return
+    groups: Dict[tuple, List[Capture]] = {}
+    for c in caps:
+        if c.kind == "trace" and c.rl_step is None and c.replica is not None:
+            groups.setdefault((c.side, c.replica, c.engine_rank), []).append(c)
+    for grp in groups.values():
+        if len(grp) == len(steps):
+            for c, s in zip(sorted(grp, key=lambda c: c.path.name), steps):
+                c.rl_step, c.rl_step_source = s, "order"
+
+
+def select_rl_step(caps: List[Capture], rl_step: Optional[int]) -> List[Capture]:
+    """Keep the captures of one profiled RL step.
+
+    Several steps (verl ``global_profiler.steps=[1,2]``, or ``<save_path>/<step>/…``) are never summed and never
+    dropped silently: without ``rl_step`` they are refused with the list of steps. Captures without a step keep
+    their place (one window whatever the step).
+
+    Raises:
+        TilakeError: several steps and no ``rl_step``; ``rl_step`` not among them; captures of other steps
+            whose step is unknown next to them (a replica holding more traces than the steps).
+    """
+    order_rollout_steps(caps)
+    steps = rl_steps(caps)
+    if rl_step is None:
+        if len(steps) > 1:
+            per = ", ".join(f"step {s}: {sum(1 for c in caps if c.rl_step == s)} capture(s)" for s in steps)
+            raise TilakeError(f"captures of {len(steps)} profiled RL steps found ({per}); they are never summed",
+                              hint="choose one with --rl-step N (--step stays the run's label)")
+        return caps
+    if rl_step not in steps:
+        raise TilakeError(f"--rl-step {rl_step}: no capture of that RL step (steps found: "
+                          f"{', '.join(map(str, steps)) or 'none: the names and folders give no step'})")
+    kept = [c for c in caps if c.rl_step in (None, rl_step)]
+    loose = {}
+    for c in kept:
+        if c.rl_step is None and c.kind == "trace":
+            loose.setdefault((c.side, c.rank, c.role), []).append(c)
+    many = [k for k, v in loose.items() if len(v) > 1]
+    if many:
+        side, rank, role = many[0]
+        raise TilakeError(f"--rl-step {rl_step}: {len(loose[many[0]])} {side} traces of rank {rank}"
+                          f"{' (' + role + ')' if role else ''} carry no RL step and cannot be told apart",
+                          path=loose[many[0]][0].path.parent, hint="ingest each step's files with --train/--infer")
+    return kept
 
 
 def explicit(path: Path, side: str) -> List[Capture]:
@@ -307,7 +457,7 @@ def explicit(path: Path, side: str) -> List[Capture]:
     if not path.exists():
         raise TilakeError("does not exist", path=path)
     if path.is_file() and (is_trace_name(path.name) or path.name.endswith((".json", ".json.gz"))):
-        return [Capture(side, rank_of(path.name), "trace", path)]
+        return [trace_capture(path, [path.parent.name, path.name], side)]
     if path.is_file():
         m = _DB_RE.match(path.name)
         pt = path.parent.parent if path.parent.name == "ASCEND_PROFILER_OUTPUT" else None
@@ -328,8 +478,9 @@ def explicit(path: Path, side: str) -> List[Capture]:
     if not caps:
         caps = [c for db in sorted(path.rglob("ascend_pytorch_profiler*.db")) for c in explicit(db, side)]
     if not caps:
-        caps = [Capture(side, rank, "trace", tr) for tr, rank in find_traces(path)]
+        caps = [trace_capture(tr, list(tr.relative_to(path).parts), side) for tr, _rank in find_traces(path)]
+        _attach_summaries(caps, path)
     if not caps:
-        raise TilakeError("no profiler capture (*_ascend_pt folder or ascend_pytorch_profiler*.db) inside",
-                          path=path)
+        raise TilakeError("no profiler capture (*_ascend_pt folder, ascend_pytorch_profiler*.db or PyTorch-profiler "
+                          "trace) inside", path=path, hint=NOTHING_FOUND_HINT)
     return caps
