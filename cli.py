@@ -375,16 +375,23 @@ def dumps_maps() -> None:
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Kill the RL run after this many seconds.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: the parsed config, checks and outcome as one JSON document on stdout (tables on stderr).")
-def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, fmt):
-    """Run an RL launch script with the NPU profiler and report train-vs-infer operator differences.
+@click.option("--profiler", type=click.Choice(["npu", "torch"]), default="npu", show_default=True,
+              help="npu: torch_npu profiler on an Ascend host; torch: verl's PyTorch profiler "
+                   "(global_profiler.tool=torch) on a GPU or CPU host.")
+@click.option("--rl-step", type=int, default=None,
+              help="With captures of several profiled RL steps, ingest step N (never summed).")
+def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, fmt, profiler,
+             rl_step):
+    """Run an RL launch script with the profiler on and report train-vs-infer operator differences.
 
     Stages: parse + environment check + backup, add the profiler block, run the whole script,
-    analyse() the raw inference capture (with fallbacks), then ingest -> dbt build -> report.
-    Arguments after `--` are passed to the script ($@).
+    find (NPU: analyse() with fallbacks) both sides' captures, then ingest -> dbt build -> report.
+    Arguments after `--` are passed to the script ($@). See docs/scan.md.
     """
     from tilake.pipeline.scan import cli_scan
 
-    sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args, fmt))
+    sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args, fmt,
+                      profiler, rl_step))
 
 
 # --- runs / sql / trend (across runs) --------------------------------------------------------

@@ -106,7 +106,8 @@ def print_checks(console: Console, checks: List[Check]) -> None:
 
 def print_stage3(console: Console, st: Stage3) -> None:
     """Stage 3: every capture operation with its result, known warnings, and each side's evidence."""
-    t = Table(title=f"stage 3 · captures and analyse() ({st.seam}{'' if st.real else ', not torch_npu'})")
+    what = "captures" if st.seam.startswith("torch.profiler") else "captures and analyse()"
+    t = Table(title=f"stage 3 · {what} ({st.seam}{'' if st.real else ', not torch_npu'})")
     t.add_column("#")
     t.add_column("side", overflow="fold")
     t.add_column("operation", overflow="fold")
@@ -121,6 +122,7 @@ def print_stage3(console: Console, st: Stage3) -> None:
     for s in ("train", "infer"):
         status = st.side_status(s)
         label = {"device": "device kernels", "host_fallback": HOST_FALLBACK_LABEL,
+                 "trace": "PyTorch-profiler trace(s) found (kernels, or CPU ops on a CPU: decided at ingest)",
                  "failed": "no usable evidence"}[status]
         console.print(f"  {s}: [bold]{label}[/]")
 
