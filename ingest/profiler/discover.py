@@ -374,7 +374,7 @@ def assign_replica_ranks(caps: List[Capture]) -> List[Capture]:
         if not reps:
             continue
         keys = sorted({(c.replica, c.engine_rank or 0) for c in reps})
-        taken = {c.rank for c in caps if c.side == side and c.replica is None}
+        taken = {c.rank for c in caps if c.side == side and (c.replica is None or c.rank_source == "global_rank")}
         slots, nxt = {}, 0
         for k in keys:
             while nxt in taken:
