@@ -127,6 +127,10 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
     ref = next(refs, None)
 
     for cmd in bash.commands:
+        for lp in cmd.loops:        # a loop variable takes one value per iteration: never one known value
+            if lp.variable and not isinstance(shell.vars.get(lp.variable), Unknown):
+                shell.vars[lp.variable] = Unknown(f"{lp.variable} is the loop variable of `{lp.header.rstrip('; ')}` "
+                                                  f"(line {lp.line}): one value per iteration")
         end = max(t.end for t in cmd.words + cmd.arrays)
         while ref is not None and ref.start < end:
             if ref.certain and "u" in opts and not ref.name.isdigit() and shell.lookup(ref.name) is None:
