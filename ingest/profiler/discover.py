@@ -303,6 +303,11 @@ def discover(root: Path) -> List[Capture]:
         caps.append(Capture(side_of(list(db.relative_to(root).parts)), int(m.group(1)) if m.group(1) else 0,
                             "db", db, rank_source="file_name" if m.group(1) else "default",
                             role=role_of(list(db.relative_to(root).parts[:-1]))))
+    for db in msprof_dbs(root):          # msprof's own export (service profiling, no torch_npu layer)
+        if db.resolve() not in seen:
+            caps.append(msprof_capture(db, side_of(list(db.relative_to(root).parts)),
+                                       role_of(list(db.relative_to(root).parts[:-1]))))
+            seen.add(db.resolve())
     for tr, _rank in find_traces(root):  # torch-profiler traces (global_profiler.tool=torch)
         caps.append(trace_capture(tr, list(tr.relative_to(root).parts)))
     _attach_summaries(caps, root)
@@ -317,9 +322,47 @@ def discover(root: Path) -> List[Capture]:
     return sorted(caps, key=lambda c: (c.side != "train", c.rank, str(c.path)))
 
 
+_MSPROF_DB_RE = re.compile(r"^msprof_\d+\.db$")
+
+
+def msprof_dbs(root: Path) -> List[Path]:
+    """msprof's own DB exports under ``root``: ``PROF_*/mindstudio_profiler_output/msprof_<ts>.db`` outside any
+    ``*_ascend_pt`` folder (msprof ``--export`` / vllm-ascend service profiling: CANN tables only, no
+    ``PYTORCH_API``; inside an ``*_ascend_pt`` folder the torch_npu DB of the same data is read instead)."""
+    out = []
+    for db in sorted(Path(root).rglob("msprof_*.db")):
+        rel = db.relative_to(root).parts
+        if (_MSPROF_DB_RE.match(db.name) and db.parent.name == "mindstudio_profiler_output"
+                and db.parent.parent.name.startswith("PROF_")
+                and not any(p.endswith("_ascend_pt") for p in rel[:-1])):
+            out.append(db)
+    return out
+
+
+def msprof_capture(db: Path, side: str, role: str = "") -> Capture:
+    """A capture for one msprof export DB: rank from ``RANK_DEVICE_MAP.rankId`` (``-1`` = none: the capture gets
+    a worker slot, :func:`assign_worker_ranks`), device from ``deviceId``; ``worker`` is its ``PROF_*`` folder."""
+    rank, dev = None, device_of(db)
+    try:
+        con = sqlite3.connect(f"file:{db.resolve()}?mode=ro&immutable=1", uri=True)
+        try:
+            vals = {r[0] for r in con.execute("SELECT rankId FROM RANK_DEVICE_MAP") if isinstance(r[0], int)}
+        finally:
+            con.close()
+        rank = vals.pop() if len(vals) == 1 and next(iter(vals)) >= 0 else None
+    except (sqlite3.Error, StopIteration):
+        rank = None
+    cap = Capture(side, rank if rank is not None else 0, "db", db, rank_source="profiler_info" if rank is not None
+                  else "none", role=role)
+    cap.worker = db.parent.parent.name
+    cap.device_id = dev
+    return cap
+
+
 #: the layouts discovery knows, for "nothing found" errors
 NOTHING_FOUND_HINT = (
-    "Ascend: e2e/<host>_<pid>_<ts>_ascend_pt/ (training) and agent_loop_rollout_replica_*/…_ascend_pt/ (rollout); "
+    "Ascend: e2e/<host>_<pid>_<ts>_ascend_pt/ (training) and agent_loop_rollout_replica_*/…_ascend_pt/ (rollout), "
+    "msprof's PROF_*/mindstudio_profiler_output/msprof_<ts>.db; "
     "PyTorch profiler (global_profiler.tool=torch): verl >= 0.9 <role>_<scope>_step<N>_rank<r>-of-<ws>_pid<pid>_<ts>.json.gz "
     "(training) and agent_loop_rollout_replica_<r>/*.pt.trace.json.gz or rollout-replica<r>_*.pt.trace.json.gz "
     "(rollout), older verl [<role>/]prof_rank-<r>.json.gz, or any *.json[.gz] Chrome trace (traceEvents)")
@@ -458,6 +501,8 @@ def explicit(path: Path, side: str) -> List[Capture]:
         raise TilakeError("does not exist", path=path)
     if path.is_file() and (is_trace_name(path.name) or path.name.endswith((".json", ".json.gz"))):
         return [trace_capture(path, [path.parent.name, path.name], side)]
+    if path.is_file() and _MSPROF_DB_RE.match(path.name):
+        return [msprof_capture(path, side)]
     if path.is_file():
         m = _DB_RE.match(path.name)
         pt = path.parent.parent if path.parent.name == "ASCEND_PROFILER_OUTPUT" else None

@@ -181,6 +181,9 @@ def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResu
 
 def _identity_notes(cap: Capture) -> List[str]:
     notes = []
+    if cap.kind == "db" and cap.path.name.startswith("msprof_") and cap.path.parent.name == "mindstudio_profiler_output":
+        notes.append("msprof export (service profiling, no torch_npu layer): CANN tables only, so host ops "
+                     "(PYTORCH_API) and call stacks are absent; kernels from TASK ⋈ COMPUTE_TASK_INFO")
     if cap.role and cap.replica is None:
         notes.append(f"role {cap.role}")
     if cap.replica is not None:

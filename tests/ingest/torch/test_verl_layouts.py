@@ -152,6 +152,7 @@ def test_discrete_stage_traces_are_named_as_roles(traces, tmp_path):
     report = res.report_path.read_text(encoding="utf-8")
     assert "0 (actor-rollout/actor-compute-log-prob), 0 (actor-rollout/actor-update)" in report
     assert "ranks 0, 0" not in report
+    assert "rank 0 (actor-rollout/actor-update)" in report            # the evidence-sources table
 
 
 def test_chrome_traces_found_by_content_whatever_their_names(traces, tmp_path):
