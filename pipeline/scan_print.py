@@ -17,6 +17,7 @@ from rich.text import Text
 from tilake.ingest.scan.collect import HOST_FALLBACK_LABEL, Stage3
 from tilake.ingest.scan.env import Check
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript
+from tilake.ingest.scan.shell import plain
 from tilake.ingest.scan.verl_config import is_default
 
 
@@ -54,7 +55,9 @@ def steps_note(parsed: ParsedScript) -> Optional[str]:
 def stage1_json(parsed: ParsedScript) -> Dict[str, Any]:
     """Stage 1 as plain data (``tilake scan --format json``): every value and source in full."""
     return {"script": str(parsed.path), "launch": {"module": parsed.launch.module, "line": parsed.launch.line,
-                                                   "program": parsed.launch.program},
+                                                   "program": parsed.launch.program,
+                                                   "overrides": {k: plain(v) for k, v in parsed.launch.overrides.items()},
+                                                   "loops": parsed.launch_loops},
             "config": parsed.config, "sources": parsed.sources,
             "defaults": sorted(k for k, v in parsed.sources.items() if is_default(v)),
             "run_warnings": parsed.run_warnings, "warnings": parsed.warnings,

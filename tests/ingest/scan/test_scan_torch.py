@@ -19,7 +19,9 @@ from tilake.errors import TilakeError
 from tilake.ingest.scan.env import check_environment_torch, failed
 from tilake.ingest.scan.inject import EXPECTED_TORCH_VALUES, plan_injection
 from tilake.ingest.scan.preamble import (ScriptEnv, interpreter_words, preamble_text, probe_script_env)
-from tilake.ingest.scan.script import parse_script
+from tilake.ingest.scan.script import UNKNOWN, parse_script
+from tilake.ingest.scan.shell import Unknown
+from tilake.pipeline.scan_print import stage1_json
 
 from bash_recorder import compare, record
 
@@ -183,10 +185,11 @@ def test_every_real_script_parses_as_bash_runs_it(shared_dir, tmp_path):
             # bash stopped before the launch: the parser must have said why
             assert p.run_warnings, f"{src.name}: bash ran no launch (rc {rec.returncode}) and the parser gave no warning"
             continue
-        ov = {kk: v for kk, v in p.launch.overrides.items()}
-        # HOME differs per recording: compare against the parse with the same HOME
+        # HOME differs per recording: compare against the parse with the same HOME, as `tilake scan --dry-run
+        # --format json` prints it (stage1.launch.overrides; "unknown" where the parser cannot know)
         p2 = parse_script(src, env={**env, "HOME": str(tmp_path / f"r{k}"), "PATH": "/usr/bin:/bin"})
-        ov = p2.launch.overrides
+        ov = {kk: (Unknown("dry run says unknown") if v == UNKNOWN else v)
+              for kk, v in stage1_json(p2)["launch"]["overrides"].items()}
         diff = compare(launches[-1].overrides(), ov)
         if diff:
             problems[src.name] = diff
