@@ -155,6 +155,7 @@ def _echo_json(obj) -> None:
     click.echo(json.dumps(obj, ensure_ascii=False, indent=2, default=str))
 
 
+RL_STEP_OPTION = click.option("--rl-step", type=int, help="With captures of several profiled RL steps ([1,2], <save_path>/<step>/), ingest step N (never summed).")
 PROFILE_OPTIONS = [
     click.option("--run-id", type=RUN_ID, help="Run id (default: derived from the folder name and path)."),
     click.option("--train", "train", multiple=True, type=click.Path(path_type=Path),
@@ -168,6 +169,7 @@ PROFILE_OPTIONS = [
                  help="Model folder (or its config.json): the family is read from model_type."),
     click.option("--step", type=int, help="RL step that was profiled (a label; see --profiler-step)."),
     click.option("--profiler-step", type=int, help="Count only profiler step N (ProfilerStep#N) on every rank."),
+    RL_STEP_OPTION,
     click.option("--tag", "tags", multiple=True, type=KeyValue(),
                  help="key=value label stored with the run (repeatable)."),
     click.option("--allow-missing", is_flag=True, help="Record sides without device evidence as evidence_missing instead of failing."),
@@ -188,14 +190,14 @@ def _profile_options(f):
 @click.argument("profiler_output", required=False, type=click.Path(path_type=Path))
 @_profile_options
 @LAKE_OPTION
-def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
-           allow_missing, lake_path, **facts):
+def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, rl_step,
+           tags, allow_missing, lake_path, **facts):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
     from tilake.pipeline.profile import ingest_command
     from tilake.reports.run_console import print_ingest
 
     res = ingest_command(profiler_output, _lake(lake_path), run_id, train, infer, allow_missing,
-                         profiler_step=profiler_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags, **facts)
+                         profiler_step=profiler_step, rl_step=rl_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags, **facts)
     print_ingest(res)
 
 
@@ -247,15 +249,15 @@ def report(run_id, out_dir, lang, lake_path):
 @LAKE_OPTION
 @JSON_OPTION
 @_dbt_progress
-def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, tags,
-            allow_missing, out_dir, lang, lake_path, as_json, **facts):
+def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, rl_step,
+            tags, allow_missing, out_dir, lang, lake_path, as_json, **facts):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
     from tilake.pipeline.profile import run_command
     from tilake.reports.run_console import finish
 
     lake = _lake(lake_path)
     res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
-                      progress=not as_json, profiler_step=profiler_step, model_id=model_id, model_family=model_family,
+                      progress=not as_json, profiler_step=profiler_step, rl_step=rl_step, model_id=model_id, model_family=model_family,
                       model_path=model_path, step=step, tags=tags, **facts)
     sys.exit(finish(res, lake.root, as_json))
 
@@ -363,27 +365,25 @@ def dumps_maps() -> None:
 @click.argument("script", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--from-output", "from_output", type=click.Path(path_type=Path), default=None,
-              help="Run stages 4-5 on a recorded verl profiler_output/ folder (no NPU needed); "
-                   "SCRIPT, if given, supplies the model id and parsed config.")
+              help="Run stages 4-5 on a recorded verl profiler_output/ folder (no NPU needed); SCRIPT, if given, supplies the model id and parsed config.")
 @LAKE_OPTION
 @click.option("--run-id", type=RUN_ID, default=None, help="Run id (default: derived from the script path and model id).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Folder for the report, CSV and runtime-ops JSON.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="Folder for the report, CSV and runtime-ops JSON.")
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @click.option("--dry-run", is_flag=True, help="Stages 1-2 only: show the parsed config, checks and planned diff; write nothing.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Kill the RL run after this many seconds.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: the parsed config, checks and outcome as one JSON document on stdout (tables on stderr).")
-def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, fmt):
-    """Run an RL launch script with the NPU profiler and report train-vs-infer operator differences.
+@click.option("--profiler", type=click.Choice(["npu", "torch"]), default="npu", show_default=True, help="npu: torch_npu on an Ascend host; torch: verl's PyTorch profiler (GPU or CPU host).")
+@RL_STEP_OPTION
+def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, fmt, profiler, rl_step):
+    """Run an RL launch script with the profiler on and report train-vs-infer operator differences.
 
-    Stages: parse + environment check + backup, add the profiler block, run the whole script,
-    analyse() the raw inference capture (with fallbacks), then ingest -> dbt build -> report.
-    Arguments after `--` are passed to the script ($@).
-    """
+    Stages: parse + environment check + backup, add the profiler block, run the whole script, find (NPU: analyse() with
+    fallbacks) both sides' captures, then ingest -> dbt build -> report. After `--`: the script's $@ (docs/scan.md)."""
     from tilake.pipeline.scan import cli_scan
 
-    sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args, fmt))
+    sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args, fmt, profiler, rl_step))
 
 
 # --- runs / sql / trend (across runs) --------------------------------------------------------

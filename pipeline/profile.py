@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from tilake.errors import TilakeError
 from tilake.files import check_out_dir
-from tilake.ingest.profiler.discover import Capture, assign_worker_ranks, dedupe, discover, explicit
+from tilake.ingest.profiler.discover import (Capture, assign_replica_ranks, assign_worker_ranks, dedupe, discover, explicit,
+                                             select_rl_step)
 from tilake.ingest.profiler.load import IngestResult, ingest_profile
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
@@ -86,14 +87,16 @@ def default_run_id(source: Path) -> str:
 
 
 def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = (),
-                     infer: Sequence[Path] = ()) -> List[Capture]:
+                     infer: Sequence[Path] = (), rl_step: Optional[int] = None) -> List[Capture]:
     """Captures from a verl ``profiler_output`` folder and/or explicit per-side paths.
 
     Explicit paths replace discovery for their side. Duplicate captures of one (side, rank, role folder)
     are reduced to one (:func:`tilake.ingest.profiler.discover.dedupe`: DB over text, highest level; the
-    others are listed on it) and rank-less workers get one rank slot each (``assign_worker_ranks``).
+    others are listed on it), rank-less workers get one rank slot each (``assign_worker_ranks``), rollout
+    replicas that repeat engine rank 0 get one rank slot each (``assign_replica_ranks``), and captures of
+    several profiled RL steps are narrowed to ``rl_step`` (``select_rl_step``: refused without it).
     Raises:
-        TilakeError: nothing given, or a path holds no capture.
+        TilakeError: nothing given, a path holds no capture, several RL steps and no ``rl_step``.
     """
     caps: List[Capture] = []
     if profiler_output is not None:
@@ -111,7 +114,7 @@ def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = ()
         if key not in seen:
             seen.add(key)
             unique.append(c)
-    kept = assign_worker_ranks(dedupe(unique))
+    kept = assign_replica_ranks(assign_worker_ranks(dedupe(select_rl_step(unique, rl_step))))
     return sorted(kept, key=lambda c: (c.side != "train", c.rank, str(c.path)))
 
 
@@ -143,7 +146,8 @@ def source_description(profiler_output: Optional[Path], train: Sequence[Path] = 
 def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_dir: Path,
                 run_meta: Optional[Dict] = None, lang: str = "zh", train: Sequence[Path] = (),
                 infer: Sequence[Path] = (), allow_missing: bool = False,
-                progress: bool = True, profiler_step: Optional[int] = None) -> ProfileResult:
+                progress: bool = True, profiler_step: Optional[int] = None,
+                rl_step: Optional[int] = None) -> ProfileResult:
     """Ingest → dbt build → report for one run; returns where everything landed.
 
     Args:
@@ -155,12 +159,13 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
         allow_missing: record sides without device evidence (the report says evidence_missing)
             instead of failing.
         profiler_step: count only profiler step N (``ProfilerStep#N``) on every rank with step markers.
+        rl_step: with captures of several profiled RL steps, the one to ingest (``--rl-step``).
     Raises:
         TilakeError: bad input (the lake is unchanged), dbt failure, report failure.
     """
     validate_run_id(run_id)
     check_out_dir(out_dir, lake.root)
-    caps = collect_captures(profiler_output, train, infer)
+    caps = collect_captures(profiler_output, train, infer, rl_step)
     check_sides(caps, profiler_output, allow_missing)
     meta = dict(run_meta or {})
     meta.setdefault("source_path", source_description(profiler_output, train, infer))
@@ -274,7 +279,7 @@ def _facts(model: Dict[str, Any]) -> Dict[str, Any]:
 def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
                    train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
                    allow_missing: bool = False, progress: bool = True, profiler_step: Optional[int] = None,
-                   **model: Any) -> IngestResult:
+                   rl_step: Optional[int] = None, **model: Any) -> IngestResult:
     """``tilake ingest``: captures of ``profiler_output`` and/or ``train``/``infer`` → the lake.
 
     Args:
@@ -286,7 +291,7 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
     """
     rid = resolve_run_id(run_id, profiler_output, train, infer)
     facts = _facts(model)
-    caps = collect_captures(Path(profiler_output) if profiler_output else None, train, infer)
+    caps = collect_captures(Path(profiler_output) if profiler_output else None, train, infer, rl_step)
     check_sides(caps, profiler_output, allow_missing)
     meta = run_meta(**model, collection_method=RECORDED,
                     source_path=source_description(profiler_output, train, infer))
@@ -320,7 +325,7 @@ def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh")
 def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
                 out_dir: Optional[PathLike] = None, lang: str = "zh", train: Sequence[PathLike] = (),
                 infer: Sequence[PathLike] = (), allow_missing: bool = False, progress: bool = True,
-                profiler_step: Optional[int] = None, **model: Any) -> ProfileResult:
+                profiler_step: Optional[int] = None, rl_step: Optional[int] = None, **model: Any) -> ProfileResult:
     """``tilake run``: :func:`run_profile` with the CLI's defaults (``progress=False``: no progress bars).
 
     The run id defaults to :func:`default_run_id`; ``out_dir`` to the profiler_output folder's parent
@@ -333,4 +338,4 @@ def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optiona
     meta = run_meta(**model, collection_method=RECORDED)
     meta.update(facts)
     return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), meta, lang,
-                       train, infer, allow_missing, progress=progress, profiler_step=profiler_step)
+                       train, infer, allow_missing, progress=progress, profiler_step=profiler_step, rl_step=rl_step)

@@ -37,9 +37,11 @@ from tilake.ingest.scan import seam as npu_seam
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake, validate_run_id
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
-from tilake.ingest.scan.collect import STAGE3_FILE, Stage3, collect, write_stage3
+from tilake.ingest.scan.collect import STAGE3_FILE, Stage3, collect, collect_torch, write_stage3
 from tilake.ingest.run_facts import read_rl_metrics, settings_from_env, settings_from_script
-from tilake.ingest.scan.env import NO_NPU_MESSAGE, Check, check_environment, failed, tool_versions
+from tilake.ingest.scan.env import (NO_NPU_MESSAGE, Check, check_environment, check_environment_torch, failed,
+                                    tool_versions)
+from tilake.ingest.scan.preamble import default_modules, interpreter_words, probe_script_env
 from tilake.ingest.scan.inject import (BLOCK_BEGIN, backup_script, check_writable, fs_read_only, plan_injection, unified_diff,
                           write_script)
 from tilake.ingest.scan.run import RunResult, expected_wait, run_script
@@ -47,6 +49,11 @@ from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
 from tilake.lake.registry import model_family_for
 from tilake.pipeline.scan_print import (print_checks, print_config, print_diff, print_stage3, stage1_json,
                                         write_skipped_report)
+
+
+#: the console's words for a side's evidence (``ProfileResult.evidence`` values)
+EVIDENCE_WORDS = {"device": "device kernels", "cpu_ops": "CPU ops (cpu_op: no device kernels on a CPU)",
+                  "host_fallback": "host-side fallback, not device", "evidence_missing": "evidence_missing"}
 
 
 class ScanStopped(TilakeError):
@@ -155,14 +162,24 @@ def _output_dir(parsed: ParsedScript, changed: bool, env: Mapping[str, str]) -> 
 def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Optional[Path] = None,
          lang: str = "zh", script_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
          seam: Optional[NpuSeam] = None, console: Optional[Console] = None, timeout_s: Optional[float] = None,
-         dry_run: bool = False, progress: bool = True) -> ScanResult:
+         dry_run: bool = False, progress: bool = True, profiler: str = "npu",
+         rl_step: Optional[int] = None) -> ScanResult:
     """Run all five stages on ``script``.
+
+    ``profiler="torch"`` (verl ``global_profiler.tool=torch``, a GPU or CPU host): the environment is checked with
+    the script's own interpreter after its preamble (:mod:`tilake.ingest.scan.preamble`: torch, verl and the
+    rollout engine import, the model's ``config.json``), the torch profiler block is injected
+    (:func:`tilake.ingest.scan.inject.torch_profiler_args`), and stage 3 finds both sides' Chrome traces in
+    verl's layouts (:func:`tilake.ingest.scan.collect.collect_torch`); no torch_npu, msprof or ``analyse()``.
+    The run log is kept at ``<profiler output>/run.log``.
 
     Args:
         script: the verl launch script. lake: target lake. run_id: default derived from script + model.
         out_dir: report folder (default: current directory). script_args: the script's ``$@``.
         env: environment for the run (default ``os.environ``). seam: NPU seam (default the real one).
         timeout_s: kill the RL run after this long. dry_run: stages 1–2 only, nothing written.
+        profiler: ``npu`` (torch_npu, default) or ``torch``. rl_step: with several profiled RL steps, the one
+            to ingest.
     Returns:
         :class:`ScanResult`.
     Raises:
@@ -180,20 +197,26 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     rid = validate_run_id(run_id or parsed.run_id())
     res = ScanResult(rid, "dry_run" if dry_run else "running", parsed)
     print_config(console, parsed)
-    program = parsed.launch.program
-    python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
-    probe_env = dict(env)
-    vis = parsed.config.get("visible_devices", UNKNOWN)
-    if isinstance(vis, str) and vis != UNKNOWN:
-        probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script sets it for the launch command
-    probe = seam.probe(probe_env, python)
-    res.checks = check_environment(parsed, probe, env)
+    if profiler not in ("npu", "torch"):
+        raise TilakeError(f"--profiler must be npu or torch, not {profiler!r}")
+    if profiler == "torch":
+        probe = _torch_probe(parsed, env, script_args, res, console)
+    else:
+        program = parsed.launch.program
+        python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
+        probe_env = dict(env)
+        vis = parsed.config.get("visible_devices", UNKNOWN)
+        if isinstance(vis, str) and vis != UNKNOWN:
+            probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script sets it for the launch command
+        probe = seam.probe(probe_env, python)
+        res.checks = check_environment(parsed, probe, env)
     print_checks(console, res.checks)
     bad = failed(res.checks)
     if not probe.real:
         console.print(f"[bold yellow]NPU seam: {probe.seam} — not torch_npu, no NPU data is produced[/]")
     if bad and not dry_run:
-        head = NO_NPU_MESSAGE if probe.torch_npu is None else "environment check failed"
+        head = ("environment check failed (the script's own interpreter)" if profiler == "torch"
+                else NO_NPU_MESSAGE if probe.torch_npu is None else "environment check failed")
         items = ", ".join(c.name for c in bad)
         raise ScanStopped(f"stage 1 stopped: {head}; {len(bad)} failed check(s), each listed above with its fix: "
                           f"{items}; nothing was written", path=parsed.path)
@@ -201,7 +224,13 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     # ---- stage 2 plan (needed for the output folder)
     stamp = datetime.now()
     plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"),
-                          backup_name=f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}")
+                          backup_name=f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}", tool=profiler)
+    if plan.refused:
+        if not dry_run:
+            raise ScanStopped(f"stage 2 stopped: {plan.refused}; nothing was written", path=parsed.path)
+        console.print(Panel(Text(plan.refused), title="stage 2 · the scan would stop here (dry run)", border_style="red"))
+        res.warnings.append(plan.refused)
+        return res
     output_dir = _output_dir(parsed, plan.changed, env)
     res.output_dir = output_dir
     _guard_output_dir(output_dir, parsed.path)
@@ -223,7 +252,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
 
     # ---- stage 2: inject
     if plan.changed:
-        plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name)
+        plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name, tool=profiler)
         res.diff = unified_diff(backup.read_text(encoding="utf-8"), plan.new_text, backup.name, parsed.path.name)
         write_script(parsed.path, plan.new_text)
         check = parse_script(parsed.path, env=env, args=script_args)
@@ -247,7 +276,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     console.print(f"stage 3 · run finished in {run.elapsed_s:.1f} s, exit status {run.returncode}; "
                   f"phases seen: {', '.join(run.phases) or 'none'}; log: {escape(str(run.log_path))}")
     if run.returncode != 0 or run.interrupted:
-        st = collect(output_dir, seam, probe, env, run_analyse=False)
+        st = collect_torch(output_dir) if profiler == "torch" else collect(output_dir, seam, probe, env, run_analyse=False)
         st.run = _run_record(run)
         found = ", ".join(f"{s.side}:{s.path} ({s.status})" for s in st.sources if s.status != "failed") or "none"
         try:
@@ -259,19 +288,43 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
         raise ScanStopped(f"stage 3 stopped: the RL script failed ({what}); log kept at {run.log_path}; "
                           f"partial output kept in {output_dir} (usable captures: {found}); the lake was not changed",
                           path=parsed.path)
-    st = collect(output_dir, seam, probe, env, run_analyse=True, console=console if progress else None)
+    if profiler == "torch":
+        st = collect_torch(output_dir)
+        collection = ("tilake scan --profiler torch: full RL script run, verl global_profiler.tool=torch (training "
+                      "worker traces; rollout discrete vLLM traces)")
+        tags = {"scan": "full", "profiler": "torch"}
+    else:
+        st = collect(output_dir, seam, probe, env, run_analyse=True, console=console if progress else None)
+        collection = ("tilake scan: full RL script run, verl global_profiler (training e2e DB; rollout "
+                      "discrete raw *_ascend_pt → analyse())")
+        if not seam.real:
+            collection += f" — via {seam.name}, not an NPU"
+        tags = {"scan": "full", "npu_seam": seam.name}
     st.run = _run_record(run)
     res.stage3 = st
     write_stage3(st, output_dir / STAGE3_FILE)
     print_stage3(console, st)
-    collection = ("tilake scan: full RL script run, verl global_profiler (training e2e DB; rollout "
-                  "discrete raw *_ascend_pt → analyse())")
-    if not seam.real:
-        collection += f" — via {seam.name}, not an NPU"
-    meta = run_meta(parsed, probe, st, collection, {"scan": "full", "npu_seam": seam.name})
+    meta = run_meta(parsed, probe, st, collection, tags)
     # the environment the script ran with: its switches, unless the script sets them itself
     meta["settings"] = {**settings_from_env(env or {}), **(meta.get("settings") or {})}
-    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress)
+    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step)
+
+
+def _torch_probe(parsed: ParsedScript, env: Mapping[str, str], script_args: Sequence[str], res: ScanResult,
+                 console: Console) -> NpuProbe:
+    """Stage 1b for ``--profiler torch``: the script's own interpreter after its preamble; fills ``res.checks``."""
+    words = [w.raw for w in parsed.launch.words]
+    idx = next((k for k, w in enumerate(words) if w == "-m"), 0) + 1
+    interp = interpreter_words(words, idx)
+    modules = default_modules(str(parsed.config.get("infer_backend", UNKNOWN)))
+    with console.status(f"stage 1 · replaying the script's preamble, then `{interp} -c 'import "
+                        f"{', '.join(modules)}'` …"):
+        se = probe_script_env(parsed.path, parsed.text, parsed.launch.words[0].start, interp, modules, env,
+                              script_args)
+    res.checks = check_environment_torch(parsed, se, modules, env)
+    pkgs = {k: v for k, v in se.modules.items() if k != "torch"}
+    return NpuProbe(seam="torch.profiler", real=True, python=se.python, torch=se.modules.get("torch"),
+                    packages=pkgs)
 
 
 def _run_record(run: RunResult) -> Dict[str, Any]:
@@ -280,7 +333,8 @@ def _run_record(run: RunResult) -> Dict[str, Any]:
 
 
 def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: Lake, rid: str, out_dir: Path,
-                meta: Dict[str, Any], lang: str, console: Console, progress: bool) -> ScanResult:
+                meta: Dict[str, Any], lang: str, console: Console, progress: bool,
+                rl_step: Optional[int] = None) -> ScanResult:
     if st is not None and not st.comparison_possible:
         res.status = "comparison_skipped"
         res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
@@ -297,7 +351,7 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
         meta["_metrics"] = read_rl_metrics(log)
     try:
         pr = run_profile(output_dir, lake, rid, out_dir, run_meta=meta, lang=lang, allow_missing=True,
-                         progress=progress)
+                         progress=progress, rl_step=rl_step)
     except TilakeError as exc:
         if res.run is None:          # --from-output: nothing expensive to protect
             raise
@@ -309,7 +363,7 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
     res.report_path, res.csv_path, res.grade_counts = pr.report_path, pr.csv_path, pr.grade_counts
     res.warnings = list(pr.warnings)
     grades = ", ".join(f"{g}: {n}" for g, n in sorted(pr.grade_counts.items())) or "no rows"
-    evidence = ", ".join(f"{s} {e}" for s, e in sorted((pr.evidence or {}).items())) or "none"
+    evidence = ", ".join(f"{s}: {EVIDENCE_WORDS.get(v, v)}" for s, v in sorted((pr.evidence or {}).items())) or "none"
     files = [("report", pr.report_path), ("chart", pr.chart_path), ("CSV", pr.csv_path),
              *(("ops", p) for p in pr.runtime_ops or []),
              *((k, pr.outputs[k]) for k in ("html", "numeric_csv", "xlsx") if (pr.outputs or {}).get(k))]
@@ -320,10 +374,21 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
     return res
 
 
+def _torch_output(output_dir: Path) -> bool:
+    """A recorded folder of PyTorch-profiler traces only (no ``*_ascend_pt`` folder, no Ascend DB)."""
+    from tilake.ingest.torch.find import find_traces
+
+    if any(p.is_dir() for p in output_dir.rglob("*_ascend_pt")) or any(output_dir.rglob("ascend_pytorch_profiler*.db")):
+        return False
+    return bool(find_traces(output_dir))
+
+
 def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Optional[Path] = None,
                      lang: str = "zh", script: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
-                     console: Optional[Console] = None, progress: bool = True) -> ScanResult:
-    """Stages 4–5 on recorded ``profiler_output`` (nothing inside it is modified).
+                     console: Optional[Console] = None, progress: bool = True,
+                     rl_step: Optional[int] = None) -> ScanResult:
+    """Stages 4–5 on recorded ``profiler_output`` (nothing inside it is modified). A folder of PyTorch-profiler
+    traces only is checked as ``--profiler torch`` output (:func:`tilake.ingest.scan.collect.collect_torch`).
 
     Args:
         output_dir: the recorded folder. script: the launch script that produced it (optional:
@@ -346,7 +411,9 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     validate_run_id(rid)
     out_dir = Path(out_dir or ".")
     res = ScanResult(rid, "running", parsed, output_dir=output_dir)
-    st = collect(output_dir, npu_seam.RecordedOutputSeam(), None, env, run_analyse=False)
+    torch_only = _torch_output(output_dir)
+    st = collect_torch(output_dir) if torch_only else collect(output_dir, npu_seam.RecordedOutputSeam(), None, env,
+                                                               run_analyse=False)
     recorded = output_dir / STAGE3_FILE
     st_json = None
     if recorded.is_file():
@@ -376,7 +443,7 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
         console.print(Panel(Text(f"{st.to_json()['reason']}.\nReport: {res.report_path}\nThe lake was not changed."),
                             title="stages 4–5 skipped", border_style="red"))
         return res
-    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress)
+    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step)
 
 
 def result_json(res: ScanResult) -> Dict[str, Any]:
@@ -396,7 +463,7 @@ def result_json(res: ScanResult) -> Dict[str, Any]:
 
 def cli_scan(script: Optional[Path], from_output: Optional[Path], lake_path: Optional[Path], run_id: Optional[str],
              out_dir: Path, lang: str, dry_run: bool, timeout_s: Optional[float], script_args: Sequence[str],
-             fmt: str = "text") -> int:
+             fmt: str = "text", profiler: str = "npu", rl_step: Optional[int] = None) -> int:
     """Body of ``tilake scan`` (kept here so ``cli.py`` stays thin). Returns the exit status:
     0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2).
     ``fmt="json"``: the tables go to stderr and :func:`result_json` is written to stdout."""
@@ -410,12 +477,12 @@ def cli_scan(script: Optional[Path], from_output: Optional[Path], lake_path: Opt
         if dry_run or script_args:
             raise TilakeError("--from-output runs stages 4–5 only: --dry-run and script arguments do not apply")
         res = scan_from_output(from_output, lake, run_id, out_dir, lang, script=script, console=console,
-                               progress=fmt == "text")
+                               progress=fmt == "text", rl_step=rl_step)
     else:
         if script is None:
             raise TilakeError("give the RL launch script (tilake scan run_qwen3.sh) or --from-output DIR")
         res = scan(script, lake, run_id, out_dir, lang, script_args=script_args, timeout_s=timeout_s, dry_run=dry_run,
-                   console=console, progress=fmt == "text")
+                   console=console, progress=fmt == "text", profiler=profiler, rl_step=rl_step)
     if fmt == "json":
         sys.stdout.write(json.dumps(result_json(res), ensure_ascii=False, indent=2, default=str) + "\n")
     return 1 if res.status == "comparison_skipped" else 0

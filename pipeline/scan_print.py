@@ -17,6 +17,7 @@ from tilake.files import atomic_write_text
 from tilake.ingest.scan.collect import HOST_FALLBACK_LABEL, Stage3
 from tilake.ingest.scan.env import Check
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript
+from tilake.ingest.scan.shell import plain
 from tilake.ingest.scan.verl_config import is_default
 
 
@@ -54,7 +55,9 @@ def steps_note(parsed: ParsedScript) -> Optional[str]:
 def stage1_json(parsed: ParsedScript) -> Dict[str, Any]:
     """Stage 1 as plain data (``tilake scan --format json``): every value and source in full."""
     return {"script": str(parsed.path), "launch": {"module": parsed.launch.module, "line": parsed.launch.line,
-                                                   "program": parsed.launch.program},
+                                                   "program": parsed.launch.program,
+                                                   "overrides": {k: plain(v) for k, v in parsed.launch.overrides.items()},
+                                                   "loops": parsed.launch_loops},
             "config": parsed.config, "sources": parsed.sources,
             "defaults": sorted(k for k, v in parsed.sources.items() if is_default(v)),
             "run_warnings": parsed.run_warnings, "warnings": parsed.warnings,
@@ -106,7 +109,8 @@ def print_checks(console: Console, checks: List[Check]) -> None:
 
 def print_stage3(console: Console, st: Stage3) -> None:
     """Stage 3: every capture operation with its result, known warnings, and each side's evidence."""
-    t = Table(title=f"stage 3 · captures and analyse() ({st.seam}{'' if st.real else ', not torch_npu'})")
+    what = "captures" if st.seam.startswith("torch.profiler") else "captures and analyse()"
+    t = Table(title=f"stage 3 · {what} ({st.seam}{'' if st.real else ', not torch_npu'})")
     t.add_column("#")
     t.add_column("side", overflow="fold")
     t.add_column("operation", overflow="fold")
@@ -121,6 +125,7 @@ def print_stage3(console: Console, st: Stage3) -> None:
     for s in ("train", "infer"):
         status = st.side_status(s)
         label = {"device": "device kernels", "host_fallback": HOST_FALLBACK_LABEL,
+                 "trace": "PyTorch-profiler trace(s) found (kernels, or CPU ops on a CPU: decided at ingest)",
                  "failed": "no usable evidence"}[status]
         console.print(f"  {s}: [bold]{label}[/]")
 

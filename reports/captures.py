@@ -32,7 +32,8 @@ def _steps(v: Any) -> Optional[List[int]]:
 def steps_counted(captures: Iterable[Dict[str, Any]], side: str, lang: str = "zh") -> str:
     """One line naming the profiler steps counted on ``side``.
 
-    ``captures``: dicts with ``side``, ``rank``, ``status``, ``step_source``, ``steps_kept``. Only usable
+    ``captures``: dicts with ``side``, ``rank``, ``status``, ``step_source``, ``steps_kept`` (and ``role``: captures
+    sharing a rank are named ``0 (actor-rollout/actor-update)``). Only usable
     captures (status ok / host_fallback) count. Examples (en): ``steps 50 (STEP_TIME; ranks 0, 1)``,
     ``no step markers: every captured kernel counted (ranks 0)``, ``no evidence``.
     """
@@ -43,14 +44,22 @@ def steps_counted(captures: Iterable[Dict[str, Any]], side: str, lang: str = "zh
     parts = []
     kept: Dict[tuple, List[Any]] = {}
     all_steps, unmarked = [], []
-    for c in sorted(mine, key=lambda c: (c.get("rank") is None, c.get("rank"))):
+    per_rank: Dict[Any, int] = {}
+    for c in mine:
+        per_rank[c.get("rank")] = per_rank.get(c.get("rank"), 0) + 1
+
+    def who(c: Dict[str, Any]) -> Any:
+        # several captures of one rank (discrete-mode role folders or traces): named by role, never "0, 0, 0"
+        return f"{c.get('rank')} ({c['role']})" if per_rank[c.get("rank")] > 1 and c.get("role") else c.get("rank")
+
+    for c in sorted(mine, key=lambda c: (c.get("rank") is None, c.get("rank"), c.get("role") or "")):
         steps = _steps(c.get("steps_kept"))
         if steps is not None:
-            kept.setdefault((tuple(steps), c.get("step_source") or ""), []).append(c.get("rank"))
+            kept.setdefault((tuple(steps), c.get("step_source") or ""), []).append(who(c))
         elif c.get("step_source"):
-            all_steps.append(c.get("rank"))
+            all_steps.append(who(c))
         else:
-            unmarked.append(c.get("rank"))
+            unmarked.append(who(c))
     ranks = lambda rs: ", ".join(str(r) for r in rs)  # noqa: E731
     for (steps, src), rs in kept.items():
         s = ", ".join(str(x) for x in steps)
@@ -96,5 +105,5 @@ def ingest_capture_rows(captures: Iterable[Any]) -> List[Dict[str, Any]]:
         out.append({"side": r.capture.side, "rank": r.capture.rank, "status": r.status,
                     "step_source": (getattr(marks, "source", "") or None) if counts is not None
                     and getattr(counts, "per_step", None) else None,
-                    "steps_kept": getattr(r, "steps_kept", None)})
+                    "steps_kept": getattr(r, "steps_kept", None), "role": getattr(r.capture, "role", "") or None})
     return out

@@ -31,7 +31,7 @@ from {{ rel }}
 select
     run_id, side, rank, capture_id, path, source_kind, sha256, size_bytes, schema_variant,
     profiler_level, schema_version, truncated, session_start_ns, session_end_ns, table_rows,
-    kernel_count, host_op_count, status, reason, backend, step_source, steps_kept, invalid_rows
+    kernel_count, host_op_count, status, reason, backend, step_source, steps_kept, invalid_rows, rank_source, worker
 from {{ rel }}
 {%- elif table == 'run_metrics' -%}
 select run_id, step, metric, value, source_path, line_no, format

@@ -17,92 +17,31 @@ the same rank side by side): :func:`dedupe` keeps one by a stated rule and lists
 A capture is one ``*_ascend_pt`` folder (or an explicit DB file) and is one of:
 ``db`` (an ``ascend_pytorch_profiler*.db`` exists), ``text`` (only CSV exports),
 ``raw`` (``FRAMEWORK/``/``PROF_*`` without any parsed output: run ``analyse()``), ``empty``,
-or ``trace`` (a PyTorch-profiler Chrome trace, :mod:`tilake.ingest.torch.find`).
+or ``trace`` (a PyTorch-profiler Chrome trace, :mod:`tilake.ingest.torch.find`). verl's torch-profiler
+layouts, msprof's own export, RL steps and rollout replicas are :mod:`.verl_layouts`; the capture record is
+:mod:`.capture` (both re-exported here).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from tilake.errors import TilakeError
-from tilake.ingest.torch.find import find_traces, is_trace_name, trace_rank
-from tilake.lake.duck import sqlite_ro
+from tilake.ingest.profiler.capture import Capture, device_of, role_of, side_of  # noqa: F401 (re-exported)
+from tilake.ingest.profiler.verl_layouts import (  # noqa: F401 (re-exported)
+    _MSPROF_DB_RE, NOTHING_FOUND_HINT, _STEP_DIR_RE, assign_replica_ranks, attach_summaries, msprof_capture, msprof_dbs,
+    order_rollout_steps, rl_steps, select_rl_step, trace_capture)
+from tilake.ingest.torch.find import find_traces, is_trace_name
+from tilake.lake.duck import sqlite_ro  # noqa: F401 (re-exported)
 
 TEXT_FILES = ("kernel_details.csv", "op_statistic.csv", "api_statistic.csv", "operator_details.csv")
 _DB_RE = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
 _INFO_RE = re.compile(r"^profiler_info(?:_(\d+))?\.json$")
-_INFER_HINTS = ("rollout", "agent_loop", "vllm", "infer", "generate")
 # torch_npu names the capture folder <host>_<pid>_<timestamp>_ascend_pt (reference §3.1)
 _PT_RE = re.compile(r"^(?:.*_)?(\d+)_(\d{14,})_ascend_pt$")
-# verl role / replica folders: captures in different ones are different processes or roles, never duplicates
-_ROLE_RE = re.compile(r"^(agent_loop_rollout_replica_\d+|rollout[-_]?replica[-_]?\d+|actor_update|update_actor|"
-                      r"ref_compute_log_prob|compute_ref_log_prob|actor_compute_log_prob|compute_log_prob|"
-                      r"rollout_generate|generate_sequences|replica_\d+|worker_\d+)$", re.I)
 _LEVELS = {"Level0": 0, "Level1": 1, "Level2": 2}
-
-
-@dataclass
-class Capture:
-    """One profiler capture to ingest.
-
-    Attributes:
-        side: ``train`` or ``infer``. rank: global rank (from the DB/info file name, else 0).
-        kind: ``db`` | ``text`` | ``raw`` | ``empty``. path: the DB file (db) or the
-        ``ASCEND_PROFILER_OUTPUT`` folder (text) or the ``*_ascend_pt`` folder (raw/empty).
-        pt_dir: the ``*_ascend_pt`` folder when known. text_dir: CSV folder beside a DB, if any.
-        level: profiler level from ``profiler_info_*.json`` (``Level0``…) or None.
-        rank_source: where ``rank`` came from: ``file_name`` (``…_{rank}.db`` / ``profiler_info_{rank}.json``),
-            ``profiler_info`` (``rank_id``), ``worker`` (no rank id: a slot given by :func:`assign_worker_ranks`)
-            or ``default`` (nothing said; rank 0).
-        worker, pid, device_id: identity of a capture without a rank id (worker folder, process id from the
-            ``<host>_<pid>_<ts>_ascend_pt`` name, device from ``RANK_DEVICE_MAP``/``NPU_INFO``).
-        role: verl role/replica folder names on the capture's path (``agent_loop_rollout_replica_0`` …), or "".
-        duplicates: captures of the same (side, rank, role) that :func:`dedupe` ignored in favour of this one.
-        workers: number of rank-less worker captures of this side merged into the side total (0 if ranked).
-    """
-
-    side: str
-    rank: int
-    kind: str
-    path: Path
-    pt_dir: Optional[Path] = None
-    text_dir: Optional[Path] = None
-    level: Optional[str] = None
-    info: Dict = field(default_factory=dict)
-    rank_source: str = "default"
-    worker: Optional[str] = None
-    pid: Optional[int] = None
-    device_id: Optional[int] = None
-    role: str = ""
-    duplicates: List["Capture"] = field(default_factory=list)
-    workers: int = 0
-
-    @property
-    def rankless(self) -> bool:
-        """True when neither the file names nor ``profiler_info`` give a rank id (``rank_id: -1``)."""
-        return self.rank_source in ("none", "worker")
-
-    def describe(self) -> str:
-        """Short label: kind, profiler level and path (used when listing duplicates)."""
-        return f"{self.kind} {self.level or 'level unknown'} {self.path}"
-
-    @property
-    def capture_id(self) -> str:
-        """Stable id: side, rank and the folder name of the capture."""
-        base = (self.pt_dir or self.path).name
-        digest = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:8]
-        return re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.side}-r{self.rank}-{base}-{digest}")
-
-
-def side_of(rel_parts: List[str]) -> str:
-    """Guess the side from the path below ``profiler_output`` (rollout/agent_loop → infer)."""
-    head = "/".join(rel_parts[:2]).lower()
-    return "infer" if any(h in head for h in _INFER_HINTS) else "train"
 
 
 def _read_info(pt_dir: Path) -> Dict:
@@ -152,32 +91,6 @@ def pid_of(pt_dir: Optional[Path]) -> Optional[int]:
     """Process id from a ``<host>_<pid>_<timestamp>_ascend_pt`` folder name, else None."""
     m = _PT_RE.match(pt_dir.name) if pt_dir is not None else None
     return int(m.group(1)) if m else None
-
-
-def device_of(db: Path) -> Optional[int]:
-    """Device id of a profiler DB: ``RANK_DEVICE_MAP.deviceId``, else ``NPU_INFO.id`` (-1 = not collected);
-    None when neither table gives one (reference §2.2; one row per device folder)."""
-    try:
-        con = sqlite_ro(db)
-    except sqlite3.Error:
-        return None
-    try:
-        for sql in ("SELECT deviceId FROM RANK_DEVICE_MAP", "SELECT device_id FROM RANK_DEVICE_MAP",
-                    "SELECT id FROM NPU_INFO"):
-            try:
-                vals = {r[0] for r in con.execute(sql) if isinstance(r[0], int) and r[0] >= 0}
-            except sqlite3.Error:
-                continue
-            if len(vals) == 1:
-                return vals.pop()
-        return None
-    finally:
-        con.close()
-
-
-def role_of(parts: List[str]) -> str:
-    """The verl role/replica folder names on a capture's relative path, joined by ``/`` ("" if none)."""
-    return "/".join(p for p in parts if _ROLE_RE.match(p))
 
 
 def classify_pt_dir(pt_dir: Path, side: str) -> List[Capture]:
@@ -285,13 +198,22 @@ def discover(root: Path) -> List[Capture]:
         caps.append(Capture(side_of(list(db.relative_to(root).parts)), int(m.group(1)) if m.group(1) else 0,
                             "db", db, rank_source="file_name" if m.group(1) else "default",
                             role=role_of(list(db.relative_to(root).parts[:-1]))))
-    for tr, rank in find_traces(root):  # torch-profiler traces (global_profiler.tool=torch)
-        caps.append(Capture(side_of(list(tr.relative_to(root).parts)), rank, "trace", tr))
+    for db in msprof_dbs(root):          # msprof's own export (service profiling, no torch_npu layer)
+        if db.resolve() not in seen:
+            caps.append(msprof_capture(db, side_of(list(db.relative_to(root).parts)),
+                                       role_of(list(db.relative_to(root).parts[:-1]))))
+            seen.add(db.resolve())
+    for tr, _rank in find_traces(root):  # torch-profiler traces (global_profiler.tool=torch)
+        caps.append(trace_capture(tr, list(tr.relative_to(root).parts)))
+    attach_summaries(caps, root)
+    for c in caps:
+        if c.rl_step is None:
+            m = _STEP_DIR_RE.match(c.path.relative_to(root).parts[0]) if len(c.path.relative_to(root).parts) > 1 else None
+            if m:
+                c.rl_step, c.rl_step_source = int(m.group(1)), "folder"
     if not caps:
-        raise TilakeError("no *_ascend_pt folder, ascend_pytorch_profiler*.db or torch trace "
-                          "(prof_rank-*.json.gz, *.pt.trace.json) found "
-                          "(expected e2e/… for training and agent_loop_rollout_replica_*/… for inference)",
-                          path=root)
+        raise TilakeError("no profiler capture found: no *_ascend_pt folder, ascend_pytorch_profiler*.db, "
+                          "or PyTorch-profiler trace", path=root, hint=NOTHING_FOUND_HINT)
     return sorted(caps, key=lambda c: (c.side != "train", c.rank, str(c.path)))
 
 
@@ -308,8 +230,9 @@ def explicit(path: Path, side: str) -> List[Capture]:
     if not path.exists():
         raise TilakeError("does not exist", path=path)
     if path.is_file() and (is_trace_name(path.name) or path.name.endswith((".json", ".json.gz"))):
-        rank, src = trace_rank(path)
-        return [Capture(side, rank, "trace", path, rank_source=src)]
+        return [trace_capture(path, [path.parent.name, path.name], side)]
+    if path.is_file() and _MSPROF_DB_RE.match(path.name):
+        return [msprof_capture(path, side)]
     if path.is_file():
         m = _DB_RE.match(path.name)
         pt = path.parent.parent if path.parent.name == "ASCEND_PROFILER_OUTPUT" else None
@@ -330,8 +253,9 @@ def explicit(path: Path, side: str) -> List[Capture]:
     if not caps:
         caps = [c for db in sorted(path.rglob("ascend_pytorch_profiler*.db")) for c in explicit(db, side)]
     if not caps:
-        caps = [Capture(side, rank, "trace", tr) for tr, rank in find_traces(path)]
+        caps = [trace_capture(tr, list(tr.relative_to(path).parts), side) for tr, _rank in find_traces(path)]
+        attach_summaries(caps, path)
     if not caps:
-        raise TilakeError("no profiler capture (*_ascend_pt folder or ascend_pytorch_profiler*.db) inside",
-                          path=path)
+        raise TilakeError("no profiler capture (*_ascend_pt folder, ascend_pytorch_profiler*.db or PyTorch-profiler "
+                          "trace) inside", path=path, hint=NOTHING_FOUND_HINT)
     return caps

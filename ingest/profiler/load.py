@@ -192,6 +192,23 @@ def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResu
 
 def _identity_notes(cap: Capture) -> List[str]:
     notes = []
+    if cap.kind == "db" and cap.path.name.startswith("msprof_") and cap.path.parent.name == "mindstudio_profiler_output":
+        notes.append("msprof export (service profiling, no torch_npu layer): CANN tables only, so host ops "
+                     "(PYTORCH_API) and call stacks are absent; kernels from TASK ⋈ COMPUTE_TASK_INFO")
+    if cap.role and cap.replica is None:
+        notes.append(f"role {cap.role}")
+    if cap.replica is not None:
+        how = (f"global rank {cap.rank} (relocated -globalrank)" if cap.rank_source == "global_rank"
+               else f"rank slot {cap.rank}")
+        notes.append(f"rollout replica {cap.replica}, engine rank {cap.engine_rank if cap.engine_rank is not None else 0}: "
+                     f"{how}, one capture per replica (replicas repeat engine rank 0; counted per replica)")
+    if cap.rl_step is not None:
+        src = {"file_name": "from the file name", "folder": "from the <save_path>/<step>/ folder",
+               "order": "by file order in the replica folder (the k-th trace = the k-th profiled step)"}
+        notes.append(f"RL step {cap.rl_step} ({src.get(cap.rl_step_source, cap.rl_step_source)})")
+    for p in cap.ignored:
+        notes.append(f"{p.name} beside it: vLLM's profiler summary table (text rendering of the same trace), "
+                     "recognised and not read as evidence")
     if cap.duplicates:
         notes.append(f"kept over {len(cap.duplicates)} duplicate capture(s) of {cap.side} rank {cap.rank} "
                      "(rule: DB over text export, then highest profiler level, then latest): ignored "
@@ -430,7 +447,7 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                 md = read_metadata(cap.pt_dir)
                 groups = parallel_groups(md)
                 rows.append({"capture_id": cap.capture_id, "path": str(cap.path), "source_kind": cap.kind,
-                             "profiler_level": cap.level, "rank_source": cap.rank_source, "worker": cap.worker,
+                             "profiler_level": cap.level, "rank_source": cap.rank_source, "worker": cap.worker or (cap.role or None),
                              "pid": cap.pid, "device_id": cap.device_id,
                              "duplicates_ignored": json.dumps([str(d.path) for d in cap.duplicates]) if cap.duplicates else None,
                              "parallel_groups": json.dumps(groups) if groups else None})

@@ -15,6 +15,7 @@ rejects 8 of them (``$((...))`` arithmetic, ``NAME=(...)`` arrays, ``case`` patt
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -71,6 +72,26 @@ class Command:
     function: str = ""
     pipeline: List[str] = field(default_factory=list)
     pipe_index: int = 0
+    loops: List["Loop"] = field(default_factory=list)
+
+
+@dataclass
+class Loop:
+    """A ``for``/``select``/``while``/``until`` loop around a command (outermost first).
+
+    Attributes:
+        kind: ``for`` | ``c_for`` | ``select`` | ``while`` | ``until``. header: its source text up to ``do``.
+        variable: the loop variable (``for``/``select``), else "". values: the raw words after ``in``
+            (``["\"${ENGINES[@]}\""]``; empty: ``"$@"`` or a C-style/while loop). start: character offset of the
+            loop keyword. line: its 1-based line.
+    """
+
+    kind: str
+    header: str
+    variable: str
+    values: List[str]
+    start: int
+    line: int
 
 
 _CONDITIONAL = {"if_statement", "elif_clause", "else_clause", "while_statement", "until_statement",
@@ -94,6 +115,7 @@ class _Walker:
         # byte offset of every character start, for byte -> character offsets of non-ASCII scripts
         self.char_bytes: List[int] = [] if self.ascii else self._char_bytes(text)
         self.out: List[Command] = []
+        self.loops: List[Loop] = []
 
     @staticmethod
     def _char_bytes(text: str) -> List[int]:
@@ -144,10 +166,18 @@ class _Walker:
             for k, m in enumerate(members):
                 self.walk(m, cond, fn, redirs, (names, k))
             return
-        if t in _LOOP_BODY_ONLY:
+        if t in _LOOP_BODY_ONLY or t in ("while_statement", "until_statement"):
             body = node.child_by_field_name("body")
-            if body is not None:
-                self.walk(body, True, fn, [])
+            self.loops.append(self._loop(node, body))
+            try:
+                if t in _LOOP_BODY_ONLY:
+                    if body is not None:
+                        self.walk(body, True, fn, [])
+                else:
+                    for c in node.children:
+                        self.walk(c, True, fn, [])
+            finally:
+                self.loops.pop()
             return
         if t in _CONDITIONAL:
             skip = {"value"} if t in ("case_statement", "case_item") else set()
@@ -170,7 +200,20 @@ class _Walker:
         first = (words or arrays)[0]
         names, k = pipe if pipe else ([], 0)
         self.out.append(Command(words, redirs + own, self.text.count("\n", 0, first.start) + 1, cond, bool(fn),
-                                arrays, fn, list(names), k))
+                                arrays, fn, list(names), k, list(self.loops)))
+
+    def _loop(self, node: Node, body: Optional[Node]) -> Loop:
+        start = self.char(node.start_byte)
+        end = self.char(body.start_byte) if body is not None else self.char(node.end_byte)
+        kind = {"for_statement": "for", "c_style_for_statement": "c_for", "select_statement": "select",
+                "while_statement": "while", "until_statement": "until"}[node.type]
+        if kind == "for" and node.children and node.children[0].type == "select":
+            kind = "select"
+        var = node.child_by_field_name("variable")
+        values = [self.token(c).raw for k, c in enumerate(node.children)
+                  if node.field_name_for_child(k) == "value"]
+        return Loop(kind, self.text[start:end].strip(), self.token(var).raw if var is not None else "", values, start,
+                    self.text.count("\n", 0, start) + 1)
 
     def _first_word(self, node: Node) -> str:
         while node.type == "redirected_statement" and node.child_by_field_name("body") is not None:
@@ -227,6 +270,34 @@ class BashScript:
     refs: List[VarRef]
 
 
+_DEFAULT_OP = re.compile(rb"\$\{[A-Za-z_][A-Za-z0-9_]*:?[-=+?]")
+
+
+def _mask_default_brackets(data: bytes) -> bytes:
+    """``[``/``]`` inside the word of a ``${NAME:-word}`` expansion (also ``-``, ``:=``, ``:+``, ``:?``) replaced by
+    ``_`` (same byte offsets). tree-sitter-bash 0.23 rejects a ``[`` followed by a quote there
+    (``${CONTENTS:-['npu','cpu']}``, verl ``tests/special_npu/run_qwen3_8b_grpo_profiling.sh``), which bash
+    reads as the default ``[npu,cpu]``; the words keep their original text (only the parse sees the mask)."""
+    out = bytearray(data)
+    for m in _DEFAULT_OP.finditer(data):
+        depth, k = 1, m.end()
+        while k < len(data) and depth:
+            ch = data[k:k + 1]
+            if data[k:k + 2] == b"${":
+                depth += 1
+                k += 2
+                continue
+            if ch == b"\\":
+                k += 2
+                continue
+            if ch == b"}":
+                depth -= 1
+            elif ch in (b"[", b"]"):
+                out[k] = ord("_")
+            k += 1
+    return bytes(out)
+
+
 def parse_bash(text: str, path: str) -> BashScript:
     """:func:`parse_commands` plus the bare variable references (:class:`VarRef`).
 
@@ -236,7 +307,11 @@ def parse_bash(text: str, path: str) -> BashScript:
     data = text.encode("utf-8")
     tree = _PARSER.parse(data)
     if tree.root_node.has_error:
-        raise TilakeError(_syntax_error(tree.root_node, data), path=path)
+        masked = _mask_default_brackets(data)
+        retry = _PARSER.parse(masked) if masked != data else None
+        if retry is None or retry.root_node.has_error:
+            raise TilakeError(_syntax_error(tree.root_node, data), path=path)
+        tree = retry
     w = _Walker(text, data)
     w.walk(tree.root_node, False, "", [])
     refs: List[VarRef] = []

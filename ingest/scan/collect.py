@@ -40,6 +40,7 @@ STAGE3_FILE = "tilake_scan_stage3.json"
 FORMAT = "tilake-scan-stage3/1"
 HOST_FALLBACK_LABEL = "host-side fallback, not device"
 HOST_CSVS = ("api_statistic.csv", "operator_details.csv")
+TRACE_LABEL = "PyTorch-profiler trace (device kernels, or CPU ops where no device ran)"
 DEVICE_CSVS = ("kernel_details.csv", "op_statistic.csv")
 
 #: (pattern, explanation) of analyse() warnings that are normal for export_type=Text captures (seed §3.3)
@@ -148,10 +149,12 @@ class Stage3:
                                 "fallback": fallback, "log": log, "seam": self.seam, "real": self.real})
 
     def side_status(self, side: str) -> str:
-        """``device`` | ``host_fallback`` | ``failed`` for a side (best source wins)."""
+        """``device`` | ``trace`` | ``host_fallback`` | ``failed`` for a side (best source wins)."""
         st = [s.status for s in self.sources if s.side == side]
         if "device" in st:
             return "device"
+        if "trace" in st:
+            return "trace"
         if "host_fallback" in st:
             return "host_fallback"
         return "failed"
@@ -177,7 +180,7 @@ class Stage3:
         for s in ("train", "infer"):
             st = self.side_status(s)
             sides[s] = {"status": st,
-                        "label": {"device": "device", "host_fallback": HOST_FALLBACK_LABEL,
+                        "label": {"device": "device", "host_fallback": HOST_FALLBACK_LABEL, "trace": TRACE_LABEL,
                                   "failed": "evidence_missing"}[st],
                         "sources": [asdict(x) for x in self.sources if x.side == s]}
         return {"format": FORMAT, "output_dir": self.output_dir, "seam": self.seam, "real": self.real,
@@ -350,6 +353,43 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
     st.op(side, rel, f"look for {' / '.join(HOST_CSVS)} ({why})", "missing", fallback="2: host-side CSV")
     return SourceState(side, rel, "failed", _rel(db, root) if db else None, n, note=why + "; no host-side CSV",
                        label="evidence_missing")
+
+
+def collect_torch(output_dir: Path) -> Stage3:
+    """Stage 3 for ``tilake scan --profiler torch``: find both sides' PyTorch-profiler traces in verl's layouts
+    (:func:`tilake.ingest.profiler.discover.discover`: ``<role>_<scope>_step<N>_rank<r>-of-<ws>_pid<pid>_<ts>.json.gz``
+    for training, ``agent_loop_rollout_replica_<r>/*.pt.trace.json.gz`` or relocated ``rollout-replica<r>_*`` for the
+    rollout). Nothing is parsed here (no ``analyse()`` step exists for torch traces); vLLM's ``profiler_out_<r>.txt``
+    is listed as recognised and not evidence.
+    """
+    from tilake.errors import TilakeError
+    from tilake.ingest.profiler.discover import discover
+
+    root = Path(output_dir)
+    st = Stage3(str(root), "torch.profiler (verl global_profiler.tool=torch)", True)
+    try:
+        caps = [c for c in discover(root) if c.kind == "trace"]
+    except TilakeError as exc:
+        caps = []
+        st.op("train", str(root), "find PyTorch-profiler traces", "missing", str(exc).split(" — ")[0])
+    for side, where in (("train", "<role>_<scope>_step<N>_rank<r>-of-<ws>_pid<pid>_<ts>.json.gz"),
+                        ("infer", "agent_loop_rollout_replica_*/*.pt.trace.json.gz, rollout-replica*_*")):
+        mine = [c for c in caps if c.side == side]
+        st.op(side, where, f"find {side} traces", "found" if mine else "missing", f"{len(mine)} trace(s)")
+        for c in mine:
+            rel = _rel(c.path, root)
+            who = ", ".join(x for x in (c.role, f"RL step {c.rl_step}" if c.rl_step is not None else "") if x)
+            st.sources.append(SourceState(side, rel, "trace", label=TRACE_LABEL, note=who))
+            for ign in c.ignored:
+                st.op(side, _rel(ign, root), "vLLM profiler summary table", "skipped",
+                      "recognised, not evidence (a text rendering of the trace beside it)")
+        if not mine:
+            why = ("no training trace: are actor_rollout_ref.actor.profiler.enable=True and global_profiler.steps "
+                   "reached?" if side == "train" else
+                   "no rollout trace under agent_loop_rollout_replica_*: the rollout is traced only with "
+                   "tool_config.torch discrete: true (verl vllm_async_server.py _should_profile)")
+            st.sources.append(SourceState(side, where, "failed", note=why, label="evidence_missing"))
+    return st
 
 
 def write_stage3(st: Stage3, path: Path) -> Path:

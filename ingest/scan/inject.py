@@ -56,6 +56,41 @@ def profiler_args(save_path_expr: str = "${PROFILER_OUTPUT_DIR}") -> List[str]:
     return out
 
 
+#: the rollout's torch tool config: discrete mode is what makes verl's vLLM server drive the engine profiler
+#: (verl 0.9 ``vllm_async_server.py`` ``_should_profile``); ``++`` adds or replaces the node
+TORCH_ROLLOUT_TOOL = ("{_target_: verl.utils.profiler.config.TorchProfilerToolConfig, contents: [], discrete: true}")
+
+
+def torch_profiler_args(save_path_expr: str = "${PROFILER_OUTPUT_DIR}") -> List[str]:
+    """The verl overrides of the injected ``PROFILER`` array for ``--profiler torch`` (verl >= 0.9
+    ``global_profiler.tool=torch``), as written in the script.
+
+    Training (actor, ref): ``profiler.enable=True`` and ``all_ranks=True`` — one trace per worker and RL step
+    (``<save_path>/<role>_<scope>_step<N>_rank<r>-of-<ws>_pid<pid>_<ts>.json.gz``); rollout: the torch tool
+    config with ``discrete: true`` (vLLM's own torch profiler writes
+    ``<save_path>/agent_loop_rollout_replica_<r>/*.pt.trace.json.gz``). Every key is accepted by verl 0.9.1's
+    ``ppo_trainer`` config (checked with Hydra's compose and by ``e2e/verl_cpu.sh`` on a real run).
+    """
+    out = ["global_profiler.tool=torch", '"global_profiler.steps=[1]"',
+           f'global_profiler.save_path="{save_path_expr}"']
+    for role in ("actor", "ref"):
+        out += [f"actor_rollout_ref.{role}.profiler.enable=True", f"actor_rollout_ref.{role}.profiler.all_ranks=True"]
+    out += [f'"++actor_rollout_ref.rollout.profiler.tool_config.torch={TORCH_ROLLOUT_TOOL}"']
+    return out
+
+
+#: what bash passes for the torch block (after quote removal)
+EXPECTED_TORCH_VALUES = {
+    "global_profiler.tool": "torch",
+    "global_profiler.steps": "[1]",
+    "actor_rollout_ref.actor.profiler.enable": "True",
+    "actor_rollout_ref.actor.profiler.all_ranks": "True",
+    "actor_rollout_ref.ref.profiler.enable": "True",
+    "actor_rollout_ref.ref.profiler.all_ranks": "True",
+    "actor_rollout_ref.rollout.profiler.tool_config.torch": TORCH_ROLLOUT_TOOL,
+}
+
+
 #: the values the stand-in RL script and the tests expect to receive (after bash quote removal)
 EXPECTED_PROFILER_VALUES = {
     "global_profiler.tool": "npu",
@@ -153,6 +188,7 @@ class InjectionPlan:
         new_text: the script text after injection (== original when not changed).
         output_dir_expr: the ``PROFILER_OUTPUT_DIR`` default written into the block.
         block: the inserted block text ("" when not changed).
+        refused: why the scan must not run this script as it is (the launch inside a loop), else "".
     """
 
     changed: bool
@@ -160,21 +196,33 @@ class InjectionPlan:
     new_text: str
     output_dir_expr: str
     block: str
+    refused: str = ""
 
 
 def plan_injection(parsed: ParsedScript, stamp: Optional[str] = None,
-                   backup_name: Optional[str] = None) -> InjectionPlan:
+                   backup_name: Optional[str] = None, tool: str = "npu") -> InjectionPlan:
     """Compute the injected script text without writing anything.
 
     Args:
         parsed: the parsed script (its ``text`` and launch-command offsets are used).
         stamp: time stamp written in the marker comment. backup_name: shown in the marker.
+        tool: ``npu`` (torch_npu profiler, :func:`profiler_args`) or ``torch`` (PyTorch profiler,
+            :func:`torch_profiler_args`).
     """
     text = parsed.text
     default_dir = str(parsed.path.parent / "profiler_output")
     if BLOCK_BEGIN in text:
         return InjectionPlan(False, "the script already holds a tilake profiler block", text, default_dir, "")
-    if parsed.profiler["present"]:
+    loops = getattr(parsed, "launch_loops", None) or []
+    if loops:
+        lp = loops[0]
+        vals = ", ".join(map(str, lp["values"])) or "not readable here"
+        why = (f"the launch command runs inside `{lp['header']}` (line {lp['line']}; values: {vals}): every iteration is "
+               "a separate RL run into one profiler folder, and a block inside the loop would delete the previous "
+               "iteration's capture; tilake scans one RL run — take the launch out of the loop (or give the loop one "
+               "value) and scan again")
+        return InjectionPlan(False, why, text, default_dir, "", refused=why)
+    if parsed.profiler["present"] and not parsed.profiler.get("off"):
         return InjectionPlan(False, "the script already has a profiler configuration ("
                              + "; ".join(parsed.profiler["evidence"]) + ")", text, default_dir, "")
     nl = "\r\n" if "\r\n" in text else "\n"
@@ -190,9 +238,11 @@ def plan_injection(parsed: ParsedScript, stamp: Optional[str] = None,
         f'PROFILER_OUTPUT_DIR=${{PROFILER_OUTPUT_DIR:-"{_dq(default_dir)}"}}',
         'rm -rf "${PROFILER_OUTPUT_DIR}" 2>/dev/null || true',
         'mkdir -p "${PROFILER_OUTPUT_DIR}"',
-        "# training path: e2e profiler (DB); inference path: discrete=True -> raw *_ascend_pt, analyse() later",
+        ("# training path: e2e profiler (DB); inference path: discrete=True -> raw *_ascend_pt, analyse() later"
+         if tool != "torch" else
+         "# PyTorch profiler: one trace per training worker and step; rollout: discrete=true -> vLLM's own traces"),
         "PROFILER=(",
-        *[f"    {a}" for a in profiler_args()],
+        *[f"    {a}" for a in (torch_profiler_args() if tool == "torch" else profiler_args())],
         ")",
         BLOCK_END,
     ]
@@ -203,8 +253,10 @@ def plan_injection(parsed: ParsedScript, stamp: Optional[str] = None,
         arg = ' "${PROFILER[@]}"'
     at = launch.insert_at
     new_text = text[:line_start] + block + text[line_start:at] + arg + text[at:]
-    return InjectionPlan(True, "no profiler configuration found: block inserted before line "
-                         f"{launch.line}", new_text, default_dir, block)
+    why = ("the script's own profiler block is off (global_profiler.steps=null): tilake's block is inserted before "
+           f"line {launch.line} and passed after it, so its keys win" if parsed.profiler.get("off") else
+           f"no profiler configuration found: block inserted before line {launch.line}")
+    return InjectionPlan(True, why, new_text, default_dir, block)
 
 
 def write_script(script: Path, new_text: str) -> None:

@@ -8,10 +8,14 @@ the job is submitted, Ray docs "Ray Jobs CLI API Reference").
 """
 from __future__ import annotations
 
+import re
 from typing import List, Sequence, Tuple
 
 from tilake.ingest.scan.bash_tree import Command
 from tilake.ingest.scan.verl_config import LaunchCommand
+
+#: a Hydra override word (``a.b=c``, ``+a.b=c``, ``++a=c``): a dotted key, or a ``+``-prefixed one
+_OVERRIDE_RE = re.compile(r"^['\"]?(\+{1,2}[A-Za-z_][\w.@/-]*|[A-Za-z_][\w@/-]*\.[\w.@/-]+)=")
 
 #: words that pass the script's own arguments on (``"$@"`` and its spellings)
 PASSTHROUGH_RAW = {"$@", '"$@"', "$*", '"$*"', "${@}", '"${@}"'}
@@ -47,6 +51,18 @@ def launch_warnings(cmd: Command, launch: LaunchCommand, opts: frozenset, comman
         last = cmd.pipeline[-1]
         out.append(f"line {cmd.line}: the launch command is piped into `{last}` without `set -o pipefail`: the "
                    f"script's exit status is {last}'s (0) even when training fails (add `set -o pipefail`)")
+    if cmd.pipeline and cmd.pipe_index < len(cmd.pipeline) - 1:
+        for other in commands:
+            if other.pipeline != cmd.pipeline or other.pipe_index <= cmd.pipe_index or other.line < cmd.line:
+                continue
+            stray = [w.raw for w in other.words[1:] if _OVERRIDE_RE.match(w.raw)]
+            if stray:
+                out.append(f"line {other.line}: {', '.join('`' + w + '`' for w in stray[:3])}"
+                           f"{' …' if len(stray) > 3 else ''} after `| {other.pipeline[other.pipe_index]}` "
+                           f"{'is an argument' if len(stray) == 1 else 'are arguments'} of "
+                           f"{other.pipeline[other.pipe_index]}, not of the launch command: verl never sees "
+                           f"{'it' if len(stray) == 1 else 'them'} (move the pipe to the end of the command)")
+            break
     seen = set()
     for line, name in unbound:
         if name in seen:

@@ -58,6 +58,7 @@ class ParsedScript:
     profiler: Dict[str, Any]
     warnings: List[str]
     run_warnings: List[str] = field(default_factory=list)
+    launch_loops: List[Dict[str, Any]] = field(default_factory=list)
 
     def run_id(self) -> str:
         """Deterministic run id from the resolved script path and the model id."""
@@ -88,7 +89,8 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
         :class:`ParsedScript`.
     Raises:
         TilakeError: the path does not exist / is not a readable text file / has unbalanced
-            quoting, or no ``python -m verl...`` launch command is found.
+            quoting / has CRLF line endings (bash would pass no overrides), or no ``python -m verl...``
+            launch command is found.
     """
     p = Path(path).expanduser()
     if not p.exists():
@@ -106,6 +108,13 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TilakeError("not UTF-8 text, not a launch script", path=p) from exc
+    crlf = text.count("\r\n")
+    if crlf:
+        raise TilakeError(f"CRLF (Windows) line endings on {crlf} of {text.count(chr(10))} lines: bash reads `\\` + CR "
+                          "as an escaped carriage return, not a line continuation, so the launch command would get "
+                          "none of its overrides (and every value would end in a CR)", path=p,
+                          hint=f"convert the script to LF line endings: dos2unix {p.name} (or sed -i 's/\\r$//' "
+                          f"{p.name}), then scan again")
     env = dict(os.environ if env is None else env)
     bash = parse_bash(text, str(p))
     shell = Shell(env, args, str(p))
@@ -118,6 +127,10 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
     ref = next(refs, None)
 
     for cmd in bash.commands:
+        for lp in cmd.loops:        # a loop variable takes one value per iteration: never one known value
+            if lp.variable and not isinstance(shell.vars.get(lp.variable), Unknown):
+                shell.vars[lp.variable] = Unknown(f"{lp.variable} is the loop variable of `{lp.header.rstrip('; ')}` "
+                                                  f"(line {lp.line}): one value per iteration")
         end = max(t.end for t in cmd.words + cmd.arrays)
         while ref is not None and ref.start < end:
             if ref.certain and "u" in opts and not ref.name.isdigit() and shell.lookup(ref.name) is None:
@@ -231,7 +244,12 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
     config, sources = extract_config(launch, shell, p)
     prof = profiler_info(text, launch, shell)
     prof["plan"] = profiler_plan(prof, config)
-    return ParsedScript(p, text, launch, variables, config, sources, prof, warnings, run_warnings)
+    loops = []
+    for lp in chosen_cmd.loops:
+        vals = [plain(f) for v in lp.values for f in shell.expand_word(v)]
+        loops.append({"kind": lp.kind, "header": lp.header.rstrip("; \t"), "line": lp.line, "variable": lp.variable,
+                      "values": vals})
+    return ParsedScript(p, text, launch, variables, config, sources, prof, warnings, run_warnings, loops)
 
 
 def _set_options(opts: set, words: Sequence[str]) -> None:

