@@ -22,6 +22,7 @@ from markupsafe import Markup
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
+from tilake.reports.alignment import alignment_facts
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
 from tilake.reports.escape import csv_cell, markdown_env
 from tilake.reports.tables import ONE_SIDE_LABEL, evidence_words, one_side, row_key
@@ -58,6 +59,7 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
         facts = {name: run_query(con, f"op_diff_{name}", run_id)
                  for name in ("run", "captures", "side_ops", "comparison", "call_stacks", "kernel_names",
                               "uncategorized", "fused_matches", "categorisation")}
+        facts["alignment"] = alignment_facts(con, run_id)   # layer-by-layer kernel alignment, profile ⋈ dump
     except Exception as exc:
         raise TilakeError(f"cannot read the marts ({str(exc).splitlines()[0]}); run `tilake build`",
                           path=warehouse) from exc

@@ -93,7 +93,10 @@ mods as (
     from b
     inner join checked as c on b.run_id = c.run_id
     left join {{ ref('boundary_modules') }} as bm
-        on b.boundary_suffix = bm.boundary_suffix and c.join_status = 'joined'
+        on
+            b.boundary_suffix = bm.boundary_suffix
+            and bm.per_layer = (b.layer is not null)
+            and c.join_status = 'joined'
 ),
 
 grouped as (
