@@ -33,6 +33,7 @@ Numbers: times are not used; positions are 0-based within the layer.
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -82,35 +83,59 @@ class _Side:
         self.equiv = np.array([vid(("e", k.equiv)) if k.equiv else -1 for k in ks], dtype=np.int64)
         self.mod = np.array([vid(("m", k.category, k.module)) for k in ks], dtype=np.int64)
         self.rep = [k.replaces if k.fused else () for k in ks]
-        # span tables: for k = 2..MAX_SPAN, per end position j: tuple id of bases, common equiv, common base
+        # span tables: for k = 2..MAX_SPAN, per end position j (-1 where no span fits): hash of the base
+        # ids of kernels j-k+1..j, their common equiv id and their common base id (-1: not common)
         self.span_id: Dict[int, np.ndarray] = {}
         self.span_eq: Dict[int, np.ndarray] = {}
         self.span_base: Dict[int, np.ndarray] = {}
-        bases = [k.base for k in ks]
         for k in range(2, MAX_SPAN + 1):
             sid = np.full(self.n, -1, dtype=np.int64)
             seq = np.full(self.n, -1, dtype=np.int64)
             sba = np.full(self.n, -1, dtype=np.int64)
-            for j in range(k - 1, self.n):
-                sid[j] = vocab.setdefault(("s",) + tuple(bases[j - k + 1:j + 1]), len(vocab))
-                e = self.equiv[j - k + 1:j + 1]
-                if e[0] >= 0 and np.all(e == e[0]):
-                    seq[j] = e[0]
-                b = self.base[j - k + 1:j + 1]
-                if np.all(b == b[0]):
-                    sba[j] = b[0]
+            if self.n >= k:
+                wb = np.lib.stride_tricks.sliding_window_view(self.base, k)
+                we = np.lib.stride_tricks.sliding_window_view(self.equiv, k)
+                sid[k - 1:] = span_hash(wb)
+                ok_e = np.all(we == we[:, :1], axis=1) & (we[:, 0] >= 0)
+                seq[k - 1:][ok_e] = we[ok_e, 0]
+                ok_b = np.all(wb == wb[:, :1], axis=1)
+                sba[k - 1:][ok_b] = wb[ok_b, 0]
             self.span_id[k], self.span_eq[k], self.span_base[k] = sid, seq, sba
+        self.span_id_set = {k: set(v[k - 1:].tolist()) for k, v in self.span_id.items()}
+        self.span_eq_set = {k: set(v[v >= 0].tolist()) for k, v in self.span_eq.items()}
+        self.span_base_set = {k: set(v[v >= 0].tolist()) for k, v in self.span_base.items()}
+        self.equiv_set = set(self.equiv[self.equiv >= 0].tolist())
+        self.base_set = set(self.base.tolist())
         # fused kernels by replaces sequence: mask over positions
         self.rep_masks: Dict[Tuple[str, ...], np.ndarray] = {}
         for j, r in enumerate(self.rep):
             if r:
                 self.rep_masks.setdefault(r, np.zeros(self.n, dtype=bool))[j] = True
+        self.sub_spans = {sub for r in self.rep_masks for k in range(2, len(r) + 1) for sub in _contiguous_subs(r, k)}
         self.rep_has: Dict[int, np.ndarray] = {}
         for r, mask in self.rep_masks.items():
             for b in set(r):
                 bid = vocab.get(("b", b))
                 if bid is not None:
                     self.rep_has[bid] = self.rep_has.get(bid, np.zeros(self.n, dtype=bool)) | mask
+
+
+_P = np.uint64(1_000_003)
+
+
+def span_hash(windows: np.ndarray) -> np.ndarray:
+    """Polynomial hash (uint64, wrapping) of each row of base ids, as int64; rows of one length only."""
+    h = np.zeros(windows.shape[0], dtype=np.uint64)
+    for c in range(windows.shape[1]):
+        h = h * _P + windows[:, c].astype(np.uint64) + np.uint64(1)
+    return h.view(np.int64)
+
+
+def _rep_hash(rep: Tuple[str, ...], vocab: Dict) -> Optional[int]:
+    ids = [vocab.get(("b", b)) for b in rep]
+    if any(i is None for i in ids):
+        return None
+    return int(span_hash(np.array([ids], dtype=np.int64))[0])
 
 
 def _row_scores(a: Kernel, ai: int, A: _Side, B: _Side, vocab: Dict) -> np.ndarray:
@@ -151,6 +176,8 @@ def align_layer(train: Sequence[Kernel], infer: Sequence[Kernel]) -> List[Pair]:
         ``MAX_SPAN + 1`` float rows.
     """
     vocab: Dict = {}
+    for kk in list(train) + list(infer):   # every base op id before either side's tables refer to them
+        vocab.setdefault(("b", kk.base), len(vocab))
     A, B = _Side(train, vocab), _Side(infer, vocab)
     n, m = A.n, B.n
     K = MAX_SPAN
@@ -172,46 +199,54 @@ def align_layer(train: Sequence[Kernel], infer: Sequence[Kernel]) -> List[Pair]:
         ai = i - 1
         # A span of k ending at ai ↔ one B kernel
         for k in range(2, min(K, i) + 1):
-            span = tuple(kk.base for kk in train[i - k:i])
+            span = tuple(kk.base for kk in train[i - k:i]) if B.sub_spans else ()
+            fusable = span in B.sub_spans
+            e, b = A.span_eq[k][ai], A.span_base[k][ai]
+            e_ok, b_ok = e >= 0 and int(e) in B.equiv_set, b >= 0 and int(b) in B.base_set
+            if not (fusable or e_ok or b_ok):
+                continue
             F = np.full(m, NEG)
-            for rep, mask in B.rep_masks.items():
-                if len(rep) >= k:
-                    sc = _span_fused_score(span, rep, k)
-                    if sc > NEG:
-                        F[mask] = np.maximum(F[mask], sc)
-            e = A.span_eq[k][ai]
-            if e >= 0:
+            if fusable:
+                for rep, mask in B.rep_masks.items():
+                    if len(rep) >= k:
+                        sc = _span_fused_score(span, rep, k)
+                        if sc > NEG:
+                            F[mask] = np.maximum(F[mask], sc)
+            if e_ok:
                 F[B.equiv == e] = np.maximum(F[B.equiv == e], S_SPLIT * k)
-            b = A.span_base[k][ai]
-            if b >= 0:
+            if b_ok:
                 F[B.base == b] = np.maximum(F[B.base == b], S_SPLIT * k)
-            if np.any(F > NEG):
-                cand = rows[-k][:-1] + F
-                better = cand > T[1:]
-                T[1:][better], code[1:][better] = cand[better], 3 + k - 2
+            cand = rows[-k][:-1] + F
+            better = cand > T[1:]
+            T[1:][better], code[1:][better] = cand[better], 3 + k - 2
         # one A kernel ↔ B span of k ending at j-1
         rep = A.rep[ai]
         for k in range(2, min(K, m) + 1):
+            full = _rep_hash(rep, vocab) if rep and len(rep) == k else None
+            subs = [h for h in (_rep_hash(x, vocab) for x in _contiguous_subs(rep, k) if x != rep)
+                    if h is not None] if rep and len(rep) > k else []
+            full_ok = full is not None and full in B.span_id_set[k]
+            subs = [h for h in subs if h in B.span_id_set[k]]
+            e_ok = A.equiv[ai] >= 0 and int(A.equiv[ai]) in B.span_eq_set[k]
+            b_ok = int(A.base[ai]) in B.span_base_set[k]
+            if not (full_ok or subs or e_ok or b_ok):
+                continue
             G = np.full(m, NEG)
-            if rep and len(rep) >= k:
-                full = vocab.get(("s",) + tuple(rep))
-                subs = [vocab.get(("s",) + s) for s in _contiguous_subs(rep, k)]
-                subs = [s for s in subs if s is not None and s != full]
-                if full is not None and len(rep) == k:
-                    G[B.span_id[k] == full] = S_FUSED * k
-                if subs:
-                    G[np.isin(B.span_id[k], subs)] = np.maximum(G[np.isin(B.span_id[k], subs)],
-                                                                 S_FUSED * k - S_FUSED_SUB)
-            if A.equiv[ai] >= 0:
+            if full_ok:
+                G[B.span_id[k] == full] = S_FUSED * k
+            if subs:
+                msk = np.isin(B.span_id[k], subs)
+                G[msk] = np.maximum(G[msk], S_FUSED * k - S_FUSED_SUB)
+            if e_ok:
                 msk = B.span_eq[k] == A.equiv[ai]
                 G[msk] = np.maximum(G[msk], S_SPLIT * k)
-            msk = B.span_base[k] == A.base[ai]
-            G[msk] = np.maximum(G[msk], S_SPLIT * k)
-            if np.any(G > NEG):
-                cand = np.full(m + 1, NEG)
-                cand[k:] = prev[:m + 1 - k] + G[k - 1:]
-                better = cand > T
-                T[better], code[better] = cand[better], b_span_code + k - 2
+            if b_ok:
+                msk = B.span_base[k] == A.base[ai]
+                G[msk] = np.maximum(G[msk], S_SPLIT * k)
+            cand = np.full(m + 1, NEG)
+            cand[k:] = prev[:m + 1 - k] + G[k - 1:]
+            better = cand > T
+            T[better], code[better] = cand[better], b_span_code + k - 2
         # left gaps: H[j] = max_k<=j (T[k] + GAP*(j-k))
         H = np.maximum.accumulate(T - GAP * jj) + GAP * jj
         left = H > T + 1e-9
@@ -331,9 +366,9 @@ def choose_forward(side: str, kernels: Sequence[Kernel]) -> Optional[SideForward
     if not wins:
         return None
     s, e = wins[0]
-    ks = [Kernel(pos=i, **{f: getattr(k, f) for f in ("name", "op_type", "base", "category", "module", "fused",
-                                                    "replaces", "equiv", "shapes", "frames")})
-          for i, k in enumerate(kernels[s:e])]
+    ks = [copy.copy(k) for k in kernels[s:e]]
+    for i, k in enumerate(ks):
+        k.pos = i
     first = [k.sig for k in ks]
     same = sum(1 for a, b in wins if [k.sig for k in kernels[a:b]] == first)
     return SideForward(side, ks, (s, e), len(wins), same, split_layers(ks))

@@ -164,6 +164,27 @@ def _ids(items: Sequence) -> np.ndarray:
     return np.fromiter((table.setdefault(x, len(table)) for x in items), dtype=np.int64, count=len(items))
 
 
+def _anchor(sig: np.ndarray, period: int):
+    """``(start, end, occurrences, offset)`` of the periodic span for ``period`` and its anchor: the
+    signature seen once per period (count ≈ span / period, spacing ≥ period / 2) nearest the span's
+    start; occurrences/offset ``None`` when no signature qualifies."""
+    match = sig[:-period] == sig[period:]
+    hits = np.flatnonzero(match)
+    rs, re_ = int(hits[0]), int(hits[-1]) + period + 1
+    n_est = (re_ - rs) / period
+    want = {int(np.floor(n_est)), int(np.ceil(n_est)), int(round(n_est))}
+    vals, counts = np.unique(sig[rs:re_], return_counts=True)
+    best_off, occ = None, None
+    for v in vals[np.isin(counts, list(want)) & (counts >= 2)]:
+        o = rs + np.flatnonzero(sig[rs:re_] == v)
+        if np.min(np.diff(o)) < max(2, period // 2):
+            continue
+        off = int(o[0]) - rs
+        if best_off is None or off < best_off:
+            best_off, occ = off, o
+    return rs, re_, occ, best_off
+
+
 def split_layers(kernels: Sequence[Kernel]) -> LayerSplit:
     """Split one forward pass into transformer layers (see the module docstring for the method).
 
@@ -191,24 +212,19 @@ def split_layers(kernels: Sequence[Kernel]) -> LayerSplit:
     best = max(f for f, _ in scored)
     if best < 0.5:
         return LayerSplit([], "none", 0.0, note=f"no period: best repeat fraction {best:.2f}")
-    period = min(p for f, p in scored if f >= best - 0.05)
+    # the smallest strongly repeating period that has an anchor (a signature seen once per period); a
+    # sub-period inside the layers (MoE experts repeating the same few kernels) has none
+    chosen = None
+    for f, p in sorted((x for x in scored if x[0] >= best - 0.1), key=lambda x: x[1]):
+        found = _anchor(sig, p)
+        if found[2] is not None:
+            chosen = (p, found)
+            break
+    if chosen is None:
+        p = min(p for f, p in scored if f >= best - 0.05)
+        chosen = (p, _anchor(sig, p))
+    period, (rs, re_, occ, best_off) = chosen
     match = sig[:-period] == sig[period:]
-    hits = np.flatnonzero(match)
-    rs, re_ = int(hits[0]), int(hits[-1]) + period + 1
-    span = re_ - rs
-    n_est = span / period
-    counts = Counter(sig[rs:re_].tolist())
-    want = {int(np.floor(n_est)), int(np.ceil(n_est)), int(round(n_est))}
-    best_off, occ = None, None
-    for v, c in counts.items():
-        if c < 2 or c not in want:
-            continue
-        o = rs + np.flatnonzero(sig[rs:re_] == v)
-        if np.min(np.diff(o)) < max(2, period // 2):
-            continue
-        off = int(o[0]) - rs
-        if best_off is None or off < best_off:
-            best_off, occ = off, o
     if occ is None:
         starts = list(range(rs, re_ - period + 1, period))
         anchor_txt = ""
