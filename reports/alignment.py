@@ -39,6 +39,21 @@ def instance_text(r: Dict[str, Any]) -> str:
     return f"layer {r['layer']}: {tr} ↔ {inf}{shapes}"
 
 
+SEVERITY = {"red": 0, "orange": 1, "yellow": 2, "green": 3}
+
+
+def _by_boundary(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Join rows of the same boundary into one: ``{"boundary", "status", "tensor_ulp", "role", "groups":
+    [rows, most severe comparison grade first]}``, in boundary order."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for r in rows:
+        b = out.setdefault(r["boundary"], {k: r[k] for k in ("boundary", "status", "tensor_ulp", "role")} | {"groups": []})
+        b["groups"].append(r)
+    for b in out.values():
+        b["groups"].sort(key=lambda r: (SEVERITY.get(r["comparison_grade"], 9), r["alignment_position"] or 0))
+    return list(out.values())
+
+
 def alignment_facts(con, run_id: str) -> Dict[str, Any]:
     """Everything the alignment sections show for ``run_id``.
 
@@ -71,8 +86,8 @@ def alignment_facts(con, run_id: str) -> Dict[str, Any]:
     join = {"status": bks[0]["join_status"], "reason": bks[0]["join_reason"]} if bks else None
     for b in bks:
         b["text"] = instance_text(b) if b["relation"] else None
-    first = [b for b in bks if b["is_first_divergence"]]
-    points = [b for b in bks if b["role"] == "independent_point" and not b["is_first_divergence"]]
+    first = _by_boundary([b for b in bks if b["is_first_divergence"]])
+    points = _by_boundary([b for b in bks if b["role"] == "independent_point" and not b["is_first_divergence"]])
     confirm: Dict[str, List[Dict[str, Any]]] = {}
     for b in bks:
         if b["comparison_grade"] in ("red", "orange") and b["relation"] not in (None, "same"):

@@ -235,7 +235,7 @@ def test_first_divergence_names_its_kernels_and_red_rows_their_boundary(joined):
     assert ("First divergence `L0.attn_core.out` (NOT_EXACT" in md
             and "← 🔴 attention: different_impl layer 0: FlashAttentionScore (positions 6) ↔ "
                 "FusedInferAttentionScore (6)" in md), md[md.find("## 9"):]
-    assert "🔴 attention → dump boundaries that confirm it: `L0.attn_core.out` (NOT_EXACT)" in md
+    assert "🔴 attention → dump boundaries that confirm it: `L0.attn_core.out` (NOT_EXACT, independent_point)" in md
 
 
 def test_join_is_refused_when_the_steps_differ(joined):
