@@ -231,6 +231,51 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("verification", "VARCHAR", "JSON"),
         ("outcome", "VARCHAR"),
     )),
+    # ------------------------------------------------------------------ kernel alignment (source "lake_align")
+    RawTable("kernel_layers", "lake_align",
+             "One row per side and transformer layer of the forward pass aligned (tilake.diagnosis.kernel_align); "
+             "a side without layers has one row with layer NULL and the reason.", (), _cols(
+        ("run_id", "VARCHAR"), ("side", "VARCHAR", "train | infer"), ("rank", "INTEGER"),
+        ("forward_window", "VARCHAR", "the forward pass aligned, e.g. 'forward 1 of 24'"),
+        ("forward_count", "INTEGER", "forward passes found on this side and rank"),
+        ("forwards_identical", "INTEGER", "forward passes with the same signature sequence as the aligned one"),
+        ("layer", "INTEGER", "0-based; NULL: no layers found"),
+        ("start_pos", "INTEGER", "first kernel of the layer (0-based position in the forward pass)"),
+        ("end_pos", "INTEGER", "one past the layer's last kernel"),
+        ("kernel_count", "INTEGER"),
+        ("kernels", "VARCHAR", "the layer's op types in launch order, ' → '-joined"),
+        ("method", "VARCHAR", "period+call_stack | period | none"),
+        ("confidence", "DOUBLE", "0..1 (periodicity, lower without a confirming call-stack frame)"),
+        ("period", "INTEGER", "kernels per typical layer"),
+        ("anchor", "VARCHAR", "signature (category/module/base op/shape class) whose occurrences start the layers"),
+        ("frame", "VARCHAR", "call-stack frame confirming the split (models/layer_frames.yaml); NULL: none"),
+        ("odd", "BOOLEAN", "kernel sequence differs from this side's most common layer"),
+        ("odd_reason", "VARCHAR"),
+        ("status", "VARCHAR", "ok | partial | evidence_missing (the run's alignment)"),
+        ("reason", "VARCHAR"),
+        ("created_at", "TIMESTAMP", "UTC, naive"),
+    )),
+    RawTable("kernel_alignment", "lake_align",
+             "One row per aligned group of one layer pair: training kernels ↔ inference kernels, relation, "
+             "confidence, evidence (tilake.diagnosis.kernel_align).", (), _cols(
+        ("run_id", "VARCHAR"), ("phase_pair", "VARCHAR", "forward passes aligned, 'train forward 1 of 24 ↔ infer forward 1 of 8'"),
+        ("train_rank", "INTEGER"), ("infer_rank", "INTEGER"),
+        ("layer", "INTEGER", "0-based, the same index on both sides"),
+        ("position", "INTEGER", "0-based order of the group within the layer's alignment"),
+        ("relation", "VARCHAR", "same | fused | split | different_impl | only_train | only_infer"),
+        ("confidence", "DOUBLE", "0..1"),
+        ("evidence", "VARCHAR", "JSON list of sentences (shapes, catalog relation, stack frames)"),
+        ("fused_side", "VARCHAR", "fused / split: the side running the single kernel"),
+        ("module", "VARCHAR", "comparison module (the fused kernel's, else the first kernel's)"),
+        ("category", "VARCHAR"),
+        ("train_first", "INTEGER", "first training kernel's position within the layer; NULL: none"),
+        ("train_last", "INTEGER"), ("infer_first", "INTEGER"), ("infer_last", "INTEGER"),
+        ("train_kernels", "VARCHAR", "op types ' → '-joined"), ("infer_kernels", "VARCHAR"),
+        ("train_kernel_names", "VARCHAR", "JSON list"), ("infer_kernel_names", "VARCHAR", "JSON list"),
+        ("train_shapes", "VARCHAR", "input shapes of the first kernel"), ("infer_shapes", "VARCHAR"),
+        ("odd_layer", "BOOLEAN", "this layer's alignment differs from most layers'"),
+        ("odd_reason", "VARCHAR"),
+    )),
 )
 
 # derived views of RAW_TABLES (tests may monkeypatch TABLES entries to simulate a schema change)
@@ -240,11 +285,15 @@ PARTITIONS: Dict[str, List[str]] = {t.name: list(t.partitions) for t in RAW_TABL
 PROFILE_TABLES: List[str] = [t.name for t in RAW_TABLES if t.source == "lake"]
 # the tables a dump analysis owns (replaced together when a run's dumps are analysed again)
 DUMP_TABLES: List[str] = [t.name for t in RAW_TABLES if t.source == "lake_dumps"]
+# the tables the kernel alignment owns (replaced together when a run is aligned again)
+ALIGN_TABLES: List[str] = [t.name for t in RAW_TABLES if t.source == "lake_align"]
 
 SOURCE_DESCRIPTIONS = {
     "lake": "Hive-partitioned Parquet written by tilake ingest (lake/raw/<table>/run_id=.../...).",
     "lake_dumps": "msprobe dump analysis tables written by tilake (diagnosis/lake_rows.py), "
                   "Hive-partitioned Parquet.",
+    "lake_align": "kernel-sequence alignment tables written by tilake (pipeline/align.py, "
+                  "diagnosis/kernel_align.py), Hive-partitioned Parquet.",
 }
 
 

@@ -23,6 +23,7 @@ from tilake.ingest.profiler.load import IngestResult, ingest_profile
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
+from tilake.pipeline.align import align_run, align_stale_runs
 
 PathLike = Union[str, Path]
 RECORDED = "recorded profiler output"
@@ -176,6 +177,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
             build = build_swapped(lake)
         except DbtInterrupted as exc:
             raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
+        alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
     build.raise_if_failed(path=lake.root)
     from tilake.reports.op_diff import write_report
 
@@ -188,6 +190,8 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
                  for c in ing.captures if c.status not in ("ok",) or c.notes]
     warnings += ing.notes
+    if alignment and alignment["status"] != "ok":
+        warnings.append(f"kernel alignment: {alignment['status']} — {alignment['reason']}")
     return ProfileResult(run_id, out["report"], out["csv"], out["runtime_ops"], out["chart"],
                          out["grade_counts"], ev, status, ing, warnings,
                          {k: out[k] for k in ("html", "numeric_csv", "xlsx") if k in out}, out.get("one_side", {}))
@@ -311,7 +315,10 @@ def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = F
     """
     if not (lake.raw.is_dir() or lake.warehouse.exists()):
         raise TilakeError("no lake here: ingest a run first (tilake ingest / run / example)", path=lake.root)
-    res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
+    with lake.writing():
+        res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
+        if res.success:
+            align_stale_runs(lake)   # runs ingested step by step get their kernel alignment here
     return res, [warning_text(n) for n in res.warnings]
 
 

@@ -22,6 +22,7 @@ from markupsafe import Markup
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
+from tilake.reports.alignment import alignment_facts
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
 from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.escape import csv_cell, markdown_env
@@ -60,6 +61,7 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
                  for name in ("run", "captures", "side_ops", "comparison", "call_stacks", "kernel_names",
                               "uncategorized", "fused_matches", "categorisation", "phase_scope", "phases",
                               "metrics")}
+        facts["alignment"] = alignment_facts(con, run_id)   # layer-by-layer kernel alignment, profile ⋈ dump
     except Exception as exc:
         raise TilakeError(f"cannot read the marts ({str(exc).splitlines()[0]}); run `tilake build`",
                           path=warehouse) from exc

@@ -20,7 +20,7 @@ from tilake.lake.warehouse import PROJECT_DIR, dbt_build
 
 PKG = "tilake"
 # staging folder (= source name) → the raw tables it stages
-SOURCES = {"profiler": schema.PROFILE_TABLES, "msprobe": [t for t in schema.TABLES if t not in schema.PROFILE_TABLES]}
+SOURCES = {"profiler": schema.PROFILE_TABLES, "msprobe": schema.DUMP_TABLES, "alignment": schema.ALIGN_TABLES}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,27 @@
+-- staging view of raw `kernel_alignment` (written by pipeline/align.py after each build): names as in the lake
+select
+    run_id,
+    phase_pair,
+    train_rank,
+    infer_rank,
+    layer,
+    position,
+    relation,
+    confidence,
+    evidence,
+    fused_side,
+    module,
+    category,
+    train_first,
+    train_last,
+    infer_first,
+    infer_last,
+    train_kernels,
+    infer_kernels,
+    train_kernel_names,
+    infer_kernel_names,
+    train_shapes,
+    infer_shapes,
+    odd_layer,
+    odd_reason
+from {{ source('alignment', 'kernel_alignment') }}

@@ -1,0 +1,178 @@
+"""The kernel alignment step: categorised kernels of one run (warehouse) → alignment rows (lake).
+
+Runs after ``dbt build`` (the categories, modules and catalog ``replaces`` come from the dbt model
+``int_kernels_categorised``; the alignment itself is numerics, :mod:`tilake.diagnosis.kernel_align`)
+and writes ``raw/kernel_layers`` and ``raw/kernel_alignment`` for the run, atomically
+(:meth:`tilake.lake.store.Lake.write_run`; re-aligning replaces them). The marts
+``fct_kernel_layers`` / ``fct_kernel_alignment`` / ``fct_boundary_kernels`` are views over those
+files, so no second build is needed.
+"""
+from __future__ import annotations
+
+import json
+
+import duckdb
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from tilake.diagnosis.kernel_align import Kernel, StepAlignment, align_step
+from tilake.lake.duck import connect
+from tilake.lake.schema import ALIGN_TABLES
+from tilake.lake.store import Lake
+
+# the lowest rank of each side, its kernels in launch order with their catalog columns and host-op stack
+KERNELS_SQL = """
+with k as (
+    select side, rank, start_ns, global_task_id, kernel_name, op_type, base_op, category, module, fused,
+           replaces, equiv_class, input_shapes, callchain_id, call_count
+    from int_kernels_categorised
+    where run_id = $run_id
+),
+r as (select side, min(rank) as rank from k group by side),
+st as (
+    select side, rank, callchain_id, list(frame order by depth) as frames
+    from stg_profiler__call_stacks where run_id = $run_id group by all
+)
+select k.side, k.rank, k.kernel_name, k.op_type, k.base_op, k.category, k.module, k.fused, k.replaces,
+       k.equiv_class, k.input_shapes, k.call_count, st.frames
+from k join r using (side, rank)
+left join st on st.side = k.side and st.rank = k.rank and st.callchain_id = k.callchain_id
+order by k.side, k.start_ns nulls last, k.global_task_id
+"""
+
+
+def load_kernels(warehouse: Path, run_id: str) -> Tuple[Dict[str, List[Kernel]], Dict[str, int], Dict[str, str]]:
+    """Each side's kernels of ``run_id`` (lowest rank) from the warehouse, read-only.
+
+    Returns:
+        ``(kernels by side, rank by side, problem by side)``; a side whose rows are aggregated text
+        rows (``call_count > 1``: no launch order) is left out with its problem.
+    """
+    con = connect(warehouse, read_only=True)
+    try:
+        rows = con.execute(KERNELS_SQL, {"run_id": run_id}).fetchall()
+    finally:
+        con.close()
+    out: Dict[str, List[Kernel]] = {"train": [], "infer": []}
+    ranks: Dict[str, int] = {}
+    problems: Dict[str, str] = {}
+    for (side, rank, name, op, base, cat, mod, fused, rep, eq, shapes, calls, frames) in rows:
+        if calls and calls > 1:
+            problems[side] = "aggregated text rows (call_count > 1) carry no launch order"
+        ranks[side] = rank
+        out.setdefault(side, []).append(Kernel(
+            pos=len(out.get(side, [])), name=name or "", op_type=op or "", base=base or "", category=cat or "",
+            module=mod or "", fused=bool(fused), replaces=tuple(x for x in (rep or "").split("+") if x),
+            equiv=eq or "", shapes=shapes or "", frames=tuple(frames or ())))
+    for side in problems:
+        out[side] = []
+    return out, ranks, problems
+
+
+def _span(idx: List[int]) -> Tuple[Optional[int], Optional[int]]:
+    return (min(idx), max(idx)) if idx else (None, None)
+
+
+def alignment_rows(run_id: str, al: StepAlignment, ranks: Dict[str, int],
+                   problems: Dict[str, str]) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """``(kernel_layers rows, kernel_alignment rows)`` of one run (see :mod:`tilake.lake.schema`)."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    status, reason = al.status, al.reason
+    if problems:
+        status, reason = "evidence_missing", "; ".join(f"{s}: {p}" for s, p in sorted(problems.items()))
+    layers: List[Dict[str, Any]] = []
+    windows = {}
+    for sf in (al.train, al.infer):
+        if sf is None:
+            continue
+        win = f"forward 1 of {sf.forward_count}"
+        windows[sf.side] = win
+        base = dict(run_id=run_id, side=sf.side, rank=ranks.get(sf.side), forward_window=win,
+                    forward_count=sf.forward_count, forwards_identical=sf.forwards_identical,
+                    method=sf.split.method, confidence=sf.split.confidence, period=sf.split.period,
+                    anchor=sf.split.anchor or None, frame=sf.split.frame or None, status=status,
+                    reason=reason or sf.split.note or None, created_at=now)
+        if not sf.split.layers:
+            layers.append(dict(base, layer=None, odd=None))
+        for li, (s, e) in enumerate(sf.split.layers):
+            layers.append(dict(base, layer=li, start_pos=s, end_pos=e, kernel_count=e - s,
+                               kernels=" → ".join(k.op_type or k.name for k in sf.kernels[s:e]),
+                               odd=li in sf.split.odd, odd_reason=sf.split.odd.get(li)))
+    for side in ("train", "infer"):
+        if side not in windows:
+            layers.append(dict(run_id=run_id, side=side, rank=ranks.get(side), method="none", confidence=0.0,
+                               status=status, reason=reason or f"no forward pass on the {side} side",
+                               created_at=now))
+    pairs: List[Dict[str, Any]] = []
+    phase = f"train {windows.get('train', '?')} ↔ infer {windows.get('infer', '?')}"
+    if not problems:
+        for li, groups in al.pairs.items():
+            ts = al.train.split.layers[li][0]
+            is_ = al.infer.split.layers[li][0]
+            for gi, p in enumerate(groups):
+                tk = [al.train.kernels[ts + x] for x in p.train]
+                ik = [al.infer.kernels[is_ + x] for x in p.infer]
+                lead = (ik if p.fused_side == "infer" else tk) or tk or ik
+                t0, t1 = _span(p.train)
+                i0, i1 = _span(p.infer)
+                pairs.append(dict(
+                    run_id=run_id, phase_pair=phase, train_rank=ranks.get("train"), infer_rank=ranks.get("infer"),
+                    layer=li, position=gi, relation=p.relation, confidence=p.confidence,
+                    evidence=json.dumps(p.evidence, ensure_ascii=False), fused_side=p.fused_side or None,
+                    module=lead[0].module, category=lead[0].category,
+                    train_first=t0, train_last=t1, infer_first=i0, infer_last=i1,
+                    train_kernels=" → ".join(k.op_type or k.name for k in tk) or None,
+                    infer_kernels=" → ".join(k.op_type or k.name for k in ik) or None,
+                    train_kernel_names=json.dumps([k.name for k in tk]) if tk else None,
+                    infer_kernel_names=json.dumps([k.name for k in ik]) if ik else None,
+                    train_shapes=tk[0].shapes.replace('"', "") if tk else None,
+                    infer_shapes=ik[0].shapes.replace('"', "") if ik else None,
+                    odd_layer=li in al.odd, odd_reason=al.odd.get(li)))
+    return layers, pairs
+
+
+def align_run(lake: Lake, run_id: str) -> Dict[str, Any]:
+    """Align run ``run_id``'s kernels (warehouse) and write its alignment rows into the lake.
+
+    Returns:
+        ``{"status", "reason", "layers": {side: n}, "groups": n, "odd_layers": {layer: reason}}``.
+    Raises:
+        TilakeError: the lake is busy or cannot be written (see :meth:`Lake.write_run`).
+    """
+    kernels, ranks, problems = load_kernels(lake.warehouse, run_id)
+    al = align_step(kernels.get("train", []), kernels.get("infer", []))
+    layer_rows, pair_rows = alignment_rows(run_id, al, ranks, problems)
+    with lake.write_run(run_id, ALIGN_TABLES) as w:
+        w.write_rows("kernel_layers", layer_rows)
+        if pair_rows:
+            w.write_rows("kernel_alignment", pair_rows)
+    status = "evidence_missing" if problems else al.status
+    return {"status": status, "reason": "; ".join(problems.values()) or al.reason,
+            "layers": {sf.side: len(sf.split.layers) for sf in (al.train, al.infer) if sf is not None},
+            "groups": len(pair_rows), "odd_layers": dict(al.odd)}
+
+
+STALE_SQL = """
+select r.run_id
+from stg_profiler__runs r
+left join (select run_id, max(created_at) as aligned_at from stg_alignment__kernel_layers group by run_id) a
+  using (run_id)
+where a.aligned_at is null or a.aligned_at < r.created_at
+order by r.run_id
+"""
+
+
+def align_stale_runs(lake: Lake) -> Dict[str, Dict[str, Any]]:
+    """:func:`align_run` for every run of the warehouse whose profile is newer than its alignment (or
+    has none): ``tilake build`` after ``tilake ingest``. Returns run id → :func:`align_run` result."""
+    if not lake.warehouse.exists():
+        return {}
+    con = connect(lake.warehouse, read_only=True)
+    try:
+        runs = [r[0] for r in con.execute(STALE_SQL).fetchall()]
+    except duckdb.Error:   # a warehouse built before the alignment models existed: nothing to align yet
+        runs = []
+    finally:
+        con.close()
+    return {r: align_run(lake, r) for r in runs}

@@ -1,0 +1,99 @@
+"""Facts of the kernel-alignment sections of the operator diff report (marts only).
+
+Reads ``fct_kernel_layers``, ``fct_kernel_alignment`` and ``fct_boundary_kernels`` through the named
+queries ``reports/queries/alignment_*.sql`` and shapes them for the templates
+``_alignment_section.{md,html}.j2``: the layers of each side (method, confidence, odd layers), the
+first layer and every odd layer side by side, the aligned instances of each 🔴/🟠 comparison row and,
+when the run also holds a dump analysis, the profile ⋈ dump join (first divergence → kernels, each
+🔴/🟠 row → the boundary that would confirm it).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+QUERIES = Path(__file__).resolve().parent / "queries"
+
+
+def _rows(con, name: str, run_id: str) -> List[Dict[str, Any]]:
+    cur = con.execute((QUERIES / f"{name}.sql").read_text(encoding="utf-8"), {"run_id": run_id})
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def positions(first: Optional[int], last: Optional[int]) -> str:
+    """``12–13``, ``9`` or ``—`` (positions within a layer, 0-based)."""
+    if first is None:
+        return "—"
+    return str(first) if last in (None, first) else f"{first}–{last}"
+
+
+def instance_text(r: Dict[str, Any]) -> str:
+    """One aligned instance as the report writes it: ``layer 0: Add → RmsNorm (positions 8–9) ↔
+    AddRmsNormBias (8); input shapes 513,1,1024 ↔ 512,1024``."""
+    tr = f"{r['train_kernels']} (positions {positions(r['train_first'], r['train_last'])})" if r["train_kernels"] else "—"
+    inf = f"{r['infer_kernels']} ({positions(r['infer_first'], r['infer_last'])})" if r["infer_kernels"] else "—"
+    shapes = f"; input shapes {r['train_shapes'] or '?'} ↔ {r['infer_shapes'] or '?'}" \
+        if r.get("train_shapes") or r.get("infer_shapes") else ""
+    return f"layer {r['layer']}: {tr} ↔ {inf}{shapes}"
+
+
+SEVERITY = {"red": 0, "orange": 1, "yellow": 2, "green": 3}
+
+
+def _by_boundary(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Join rows of the same boundary into one: ``{"boundary", "status", "tensor_ulp", "role", "groups":
+    [rows, most severe comparison grade first]}``, in boundary order."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for r in rows:
+        b = out.setdefault(r["boundary"], {k: r[k] for k in ("boundary", "status", "tensor_ulp", "role")} | {"groups": []})
+        b["groups"].append(r)
+    for b in out.values():
+        b["groups"].sort(key=lambda r: (SEVERITY.get(r["comparison_grade"], 9), r["alignment_position"] or 0))
+    return list(out.values())
+
+
+def alignment_facts(con, run_id: str) -> Dict[str, Any]:
+    """Everything the alignment sections show for ``run_id``.
+
+    Returns:
+        ``{"layers": {side: [rows]}, "summary": {side: row}, "status", "reason", "groups": {layer: [rows]},
+        "odd": {layer: reason}, "links": {module: [rows]}, "link_rows": [rows], "boundaries": [rows],
+        "join": {"status", "reason"} | None, "first_divergence": [rows]}``; empty lists when the run
+        has no alignment (a warehouse built before the alignment step: ``status`` ``missing``).
+    """
+    layers = _rows(con, "alignment_layers", run_id)
+    by_side: Dict[str, List[Dict[str, Any]]] = {"train": [], "infer": []}
+    for r in layers:
+        by_side.setdefault(r["side"], []).append(r)
+    summary = {s: rows[0] for s, rows in by_side.items() if rows}
+    status = next((r["status"] for r in layers), "missing")
+    reason = next((r["reason"] for r in layers if r["reason"]), None) if status != "ok" else None
+    groups: Dict[int, List[Dict[str, Any]]] = {}
+    for g in _rows(con, "alignment_groups", run_id):
+        g["evidence_list"] = json.loads(g["evidence"] or "[]")
+        g["train_pos"] = positions(g["train_first"], g["train_last"])
+        g["infer_pos"] = positions(g["infer_first"], g["infer_last"])
+        groups.setdefault(g["layer"], []).append(g)
+    odd = {li: rows[0]["odd_reason"] for li, rows in groups.items() if rows and rows[0]["odd_layer"]}
+    link_rows = _rows(con, "alignment_links", run_id)
+    links: Dict[str, List[Dict[str, Any]]] = {}
+    for r in link_rows:
+        r["text"] = instance_text(r) if r["layer"] is not None else None
+        links.setdefault(r["module"], []).append(r)
+    bks = _rows(con, "alignment_boundary_kernels", run_id)
+    join = {"status": bks[0]["join_status"], "reason": bks[0]["join_reason"]} if bks else None
+    for b in bks:
+        b["text"] = instance_text(b) if b["relation"] else None
+    first = _by_boundary([b for b in bks if b["is_first_divergence"]])
+    points = _by_boundary([b for b in bks if b["role"] == "independent_point" and not b["is_first_divergence"]])
+    confirm: Dict[str, List[Dict[str, Any]]] = {}
+    for b in bks:
+        if b["comparison_grade"] in ("red", "orange") and b["relation"] not in (None, "same"):
+            confirm.setdefault(b["module"], [])
+            if b["boundary"] not in [x["boundary"] for x in confirm[b["module"]]]:
+                confirm[b["module"]].append(b)
+    return {"layers": by_side, "summary": summary, "status": status, "reason": reason, "groups": groups,
+            "odd": odd, "links": links, "link_rows": link_rows, "boundaries": bks, "join": join,
+            "first_divergence": first, "points": points, "confirm": confirm}
