@@ -222,6 +222,22 @@ def main(argv=None) -> int:
         print(f"  runs diff bench-00001 bench-new{'':21s} {lat['runs diff (any-pair views)']*1000:8.1f} ms  "
               f"({len(d['kernels'][1])} kernel changes)")
 
+        print("the same questions through DuckDB over the raw Hive lake (no warehouse; partition columns pruned):")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_fleet import hive_query
+        ten = ", ".join(f"'bench-{i:05d}'" for i in range(0, a.runs, max(1, a.runs // 10)))
+        for label, table, sel, where, group in (
+                ("infer kernels per run, every run (side pruned)", "kernels", "run_id, count(*)", "side = 'infer'",
+                 "run_id"),
+                ("device time per op type, 10 runs (run_id pruned)", "kernels", "run_id, op_type, sum(dur_ns)",
+                 f"run_id IN ({ten})", "run_id, op_type"),
+                ("one run, train rank 0 (all three pruned)", "kernels", "count(*)",
+                 "run_id = 'bench-00500' AND side = 'train' AND rank = 0", ""),
+                ("capture health, every run (no pruning)", "captures", "status, count(*)", "true", "status")):
+            ms, rows, scanned = hive_query(lake, table, sel, where, group)
+            lat[f"hive {label}"] = ms / 1000
+            print(f"  {label:52s} {ms:8.1f} ms  ({len(rows)} rows; files scanned {scanned})")
+
         ref = f["empty lake, warm (reference)"]
         inc = f[f"incremental build after one more run (N={a.runs})"]
         print("\nsummary:")

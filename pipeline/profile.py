@@ -169,10 +169,11 @@ def captures_for(profiler_output: Optional[PathLike], train: Sequence[PathLike] 
     check_address(ray)
     if profiler_output is None and not train and not infer:
         raise TilakeError("give a profiler_output folder or --train/--infer paths")
+    po = Path(profiler_output).absolute() if profiler_output else None
+    tr, inf = [Path(p).absolute() for p in train], [Path(p).absolute() for p in infer]
     with ray_fleet(ray) as fleet:
-        find = functools.partial(find_captures, Path(profiler_output).absolute() if profiler_output else None,
-                                 [Path(p).absolute() for p in train], [Path(p).absolute() for p in infer])
-        yield reduce_captures(fleet.probe(find)), fleet
+        find = functools.partial(find_captures, po, tr, inf)
+        yield reduce_captures(fleet.probe(find, [str(p) for p in ([po] if po else []) + tr + inf])), fleet
 
 
 def check_sides(caps: Sequence[Capture], profiler_output: Optional[PathLike], allow_missing: bool = False) -> None:

@@ -120,12 +120,15 @@ def _stat(path: Path) -> Tuple[int, int]:
     return (st.st_size, st.st_mtime_ns) if Path(path).is_file() else (-2, st.st_mtime_ns)
 
 
-def _probe_node(find: Optional[Callable[..., List[Capture]]], memory_limit: Optional[str]) -> Dict[str, Any]:
-    """Ray task, one per node: who this node is, its memory limit, and the captures it sees."""
+def _probe_node(find: Optional[Callable[..., List[Capture]]], memory_limit: Optional[str],
+                roots: Sequence[str] = ()) -> Dict[str, Any]:
+    """Ray task, one per node: who this node is, its memory limit, which of ``roots`` exist there and
+    the captures it sees."""
     import ray
 
     out: Dict[str, Any] = {"hostname": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
-                           "cores": settings.cores(), "error": None, "captures": []}
+                           "cores": settings.cores(), "error": None, "captures": [],
+                           "roots": [r for r in roots if Path(r).exists()]}
     try:
         out["ip"] = ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001 - an address is only a matching hint
@@ -233,14 +236,15 @@ class RayFleet:
     task_fn: Callable[..., Dict[str, Any]] = _ingest_task
 
     # ------------------------------------------------------------------ probe and discovery
-    def probe(self, find: Optional[Callable[..., List[Capture]]] = None) -> List[Capture]:
+    def probe(self, find: Optional[Callable[..., List[Capture]]] = None, roots: Sequence[str] = ()) -> List[Capture]:
         """Run :func:`_probe_node` on every alive node; fill :attr:`nodes`, :attr:`seen`, :attr:`hosts`,
         :attr:`meta`; return the union of the captures the nodes found (``find(present_only=True)`` on
-        each; each absolute path once), not yet deduplicated.
+        each; each absolute path once), not yet deduplicated. ``roots``: the paths the user named (the
+        profiler_output folder, ``--train``/``--infer``); each must exist on at least one node.
 
         Raises:
             TilakeError: no alive node; a node's discovery failed (bad capture: named); one path is
-            a different file on two nodes.
+            a different file on two nodes; a named path exists on no node.
         """
         ray = require_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -250,7 +254,8 @@ class RayFleet:
             raise TilakeError("the Ray cluster has no alive node")
         remote = ray.remote(_probe_node)
         refs = {n["NodeID"]: remote.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote(find, self.memory_override) for n in alive}
+            n["NodeID"], soft=False)).remote(find, self.memory_override, list(roots)) for n in alive}
+        seen_roots: set = set()
         caps: Dict[str, Capture] = {}
         stat: Dict[str, Tuple[Tuple[int, int], str]] = {}
         for n in alive:
@@ -262,6 +267,7 @@ class RayFleet:
                                   f"({type(exc).__name__}: {_first_line(exc)})") from None
             if out["error"]:
                 raise TilakeError(f"on Ray node {out['hostname']}: {out['error']}")
+            seen_roots.update(out["roots"])
             cpus = max(1, int(n.get("Resources", {}).get("CPU", out["cores"]) or 1))
             k = _workers_for(out["memory_limit"], cpus)
             self.nodes[nid] = NodePlan(nid, out["hostname"], out.get("ip") or n.get("NodeManagerAddress"), cpus,
@@ -277,6 +283,13 @@ class RayFleet:
                 caps.setdefault(key, cap)
                 self.hosts.setdefault(key, c["host"])
                 self.meta.setdefault(key, c["metadata"])
+        lost = [r for r in roots if r not in seen_roots]
+        if lost:
+            raise TilakeError(f"{lost[0]}: does not exist on any of the {len(alive)} Ray node(s) "
+                              f"({', '.join(sorted(p.hostname for p in self.nodes.values()))})")
+        if find is not None and not caps:
+            raise TilakeError(f"no profiler capture was found on any of the {len(alive)} Ray node(s) in "
+                              + ", ".join(roots or ["the given paths"]))
         return list(caps.values())
 
     def metadata(self, cap: Capture) -> Dict:

@@ -160,3 +160,32 @@ def test_unreported_staged_file_fails(local_ray, profiler_output, tmp_path):
         with pytest.raises(TilakeError, match="written by no finished Ray task"):
             ingest_profile(lake, "fleet-run", caps, progress=False, fleet=fleet)
     assert not (lake.raw / "kernels" / "run_id=fleet-run").exists()
+
+
+def test_named_path_on_no_node(local_ray, tmp_path):
+    from tilake.pipeline.profile import ingest_command
+
+    with pytest.raises(TilakeError, match=r"does not exist on any of the 1 Ray node\(s\)"):
+        ingest_command(tmp_path / "nope", Lake(tmp_path / "lake"), "r", progress=False, ray="auto")
+    assert not (tmp_path / "lake").exists()
+
+
+def test_placement_rules():
+    """Hard affinity where one node sees the file, soft to the named host on shared storage, Ray's
+    default where every node sees it and no host is named (pure: no Ray needed)."""
+    from tilake.ingest.profiler.discover import Capture
+    from tilake.ingest.profiler.fleet import NodePlan, RayFleet, host_of
+
+    nodes = {n: NodePlan(n, h, ip, 8, "2GiB", 8, "256MiB", 1)
+             for n, h, ip in (("n1", "node-1.cluster", "10.0.0.1"), ("n2", "node-2", "10.0.0.2"))}
+    f = RayFleet(nodes=nodes)
+    local = Capture("train", 0, "db", Path("/local/a.db"))
+    shared_named = Capture("train", 1, "db", Path("/nfs/b.db"))
+    shared_anon = Capture("train", 2, "db", Path("/nfs/c.db"))
+    f.seen = {"/local/a.db": ["n2"], "/nfs/b.db": ["n1", "n2"], "/nfs/c.db": ["n1", "n2"]}
+    f.hosts = {"/local/a.db": "elsewhere", "/nfs/b.db": "node-1", "/nfs/c.db": None}
+    assert f.placement(local)[:2] == ("n2", False)
+    assert f.placement(shared_named)[:2] == ("n1", True)      # short name matches node-1.cluster
+    assert f.placement(shared_anon)[:2] == (None, True)
+    pt = Path("/x/e2e/worker-7.dc_3217657_20251129080000000_ascend_pt")
+    assert host_of(Capture("train", 0, "db", pt / "ASCEND_PROFILER_OUTPUT" / "a.db", pt_dir=pt)) == "worker-7.dc"
