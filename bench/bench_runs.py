@@ -187,6 +187,9 @@ def main(argv=None) -> int:
         n_new = con.execute("select count(*) from fct_run_op_kernels where run_id = 'bench-new'").fetchone()[0]
         con.close()
         print(f"  registry runs {n_reg}, new run's op-kernel rows {n_new}, dbt success {res.success}")
+        print(f"  warehouse.duckdb {lake.warehouse.stat().st_size / 2**20:.1f} MiB; raw/ "
+              f"{sum(p.stat().st_size for p in lake.raw.rglob('*.parquet')) / 2**20:.1f} MiB in "
+              f"{sum(1 for _ in lake.raw.rglob('*.parquet'))} Parquet files")
         node_times(lake)
         timed("same, build_swapped (copy + atomic swap)", lambda: build_swapped(lake), f)
         timed("full refresh (for comparison)", lambda: dbt_build(lake, full_refresh=True), f)
