@@ -495,6 +495,6 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) ->
     if chart is not None:
         click.echo(f"chart: {chart}")
 
-
+__import__("tilake.cli_fleet").cli_fleet.install(main)  # --ray on ingest/run/scan, `runs compact`: docs/fleet.md
 if __name__ == "__main__":  # pragma: no cover
     main()

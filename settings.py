@@ -55,6 +55,10 @@ RULES = "TILAKE_RULES"
 FUSED = "TILAKE_FUSED"
 CACHE = "TILAKE_CACHE"
 
+# ingest on Ray (docs/fleet.md): auto (this machine's Ray cluster, else a local Ray), local, or HOST:PORT /
+# ray://HOST:PORT; the --ray option of ingest/run/scan sets it; unset or empty: threads on this machine
+RAY = "TILAKE_RAY"
+
 # stdout markers of the NPU seam's child script (not environment variables, see the module docstring)
 PROBE_MARKER = "TILAKE_PROBE"
 NO_EXPORT_TYPE_MARKER = "TILAKE_NO_EXPORT_TYPE"
@@ -139,6 +143,25 @@ def memory_limit(env: Optional[Mapping[str, str]] = None) -> str:
     env = os.environ if env is None else env
     value = env.get(MEMORY_LIMIT)
     return check_memory_limit(value) if value else default_memory_limit()
+
+def memory_limit_given(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``$TILAKE_MEMORY_LIMIT`` (validated) when set and not empty, else None (the default of each machine
+    applies: a Ray ingest hands the driver's given limit to every node, never its default).
+
+    Raises:
+        TilakeError: the variable is set to something that is not a size.
+    """
+    env = os.environ if env is None else env
+    value = env.get(MEMORY_LIMIT)
+    return check_memory_limit(value) if value else None
+
+
+def ray_address(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``$TILAKE_RAY`` stripped when set and not empty (checked by ``tilake.ingest.profiler.fleet.check_address``
+    where it is used), else None."""
+    env = os.environ if env is None else env
+    return (env.get(RAY) or "").strip() or None
+
 
 def dbt_progress(env: Optional[Mapping[str, str]] = None) -> str:
     """``$TILAKE_DBT_PROGRESS`` if one of :data:`DBT_PROGRESS_LEVELS`, else ``normal``."""

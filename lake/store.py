@@ -33,6 +33,7 @@ from tilake import settings
 from tilake.errors import LakeBusyError, TilakeError
 from tilake.files import atomic_path
 from tilake.lake import schema
+from tilake.lake.compact import compact_staged
 from tilake.lake.duck import connect, sql_str
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -318,6 +319,7 @@ class Lake:
             try:
                 yield writer
                 writer._close()
+                compact_staged(staging, run_id, writer.tables)   # many small files of a leaf → one
                 self._commit(writer)
             finally:
                 writer._close()

@@ -9,12 +9,15 @@ writer lock and one ``Lake.ensure`` per command; the lake functions it calls ste
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from tilake import settings
 from tilake.errors import TilakeError
 from tilake.files import check_out_dir
 from tilake.ingest.profiler.discover import (Capture, assign_replica_ranks, assign_worker_ranks, dedupe, discover, explicit,
@@ -87,36 +90,94 @@ def default_run_id(source: Path) -> str:
     return f"{name[:40]}-{hashlib.sha1(str(Path(source).resolve()).encode()).hexdigest()[:8]}"
 
 
-def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = (),
-                     infer: Sequence[Path] = (), rl_step: Optional[int] = None) -> List[Capture]:
-    """Captures from a verl ``profiler_output`` folder and/or explicit per-side paths.
+def find_captures(profiler_output: Optional[Path], train: Sequence[Path] = (), infer: Sequence[Path] = (),
+                  present_only: bool = False) -> List[Capture]:
+    """Every capture under ``profiler_output`` and the explicit ``train``/``infer`` paths, each path once,
+    before :func:`reduce_captures` (no dedupe, no worker rank slots).
 
-    Explicit paths replace discovery for their side. Duplicate captures of one (side, rank, role folder)
-    are reduced to one (:func:`tilake.ingest.profiler.discover.dedupe`: DB over text, highest level; the
-    others are listed on it), rank-less workers get one rank slot each (``assign_worker_ranks``), rollout
-    replicas that repeat engine rank 0 get one rank slot each (``assign_replica_ranks``), and captures of
-    several profiled RL steps are narrowed to ``rl_step`` (``select_rl_step``: refused without it).
+    Explicit paths replace discovery for their side. ``present_only``: skip the given paths that do not
+    exist here (one node of a Ray cluster sees only its own captures, :mod:`tilake.ingest.profiler.fleet`).
     Raises:
-        TilakeError: nothing given, a path holds no capture, several RL steps and no ``rl_step``.
+        TilakeError: a path that exists holds no capture (or, without ``present_only``, does not exist).
     """
+    def here(p) -> bool:
+        return not present_only or Path(p).exists()
+
     caps: List[Capture] = []
-    if profiler_output is not None:
+    if profiler_output is not None and here(profiler_output):
         found = discover(Path(profiler_output))
         caps += [c for c in found if not ((c.side == "train" and train) or (c.side == "infer" and infer))]
     for p in train:
-        caps += explicit(Path(p), "train")
+        caps += explicit(Path(p), "train") if here(p) else []
     for p in infer:
-        caps += explicit(Path(p), "infer")
-    if not caps:
-        raise TilakeError("give a profiler_output folder or --train/--infer paths")
+        caps += explicit(Path(p), "infer") if here(p) else []
     unique, seen = [], set()
     for c in caps:  # the same capture named twice (folder and DB file) is read once
         key = (c.side, c.kind, str(Path(c.path).resolve()))
         if key not in seen:
             seen.add(key)
             unique.append(c)
-    kept = assign_replica_ranks(assign_worker_ranks(dedupe(select_rl_step(unique, rl_step))))
+    return unique
+
+
+def reduce_captures(caps: Sequence[Capture], rl_step: Optional[int] = None) -> List[Capture]:
+    """Duplicates of one (side, rank, role folder) reduced to one (:func:`tilake.ingest.profiler.discover.dedupe`:
+    DB over text, highest level; the others are listed on it), rank-less workers given one rank slot each
+    (``assign_worker_ranks``), rollout replicas that repeat engine rank 0 one rank slot each
+    (``assign_replica_ranks``), captures of several profiled RL steps narrowed to ``rl_step``
+    (``select_rl_step``: refused without it); sorted train first, then by rank and path.
+
+    Raises:
+        TilakeError: no capture at all; several RL steps and no ``rl_step``.
+    """
+    if not caps:
+        raise TilakeError("give a profiler_output folder or --train/--infer paths")
+    kept = assign_replica_ranks(assign_worker_ranks(dedupe(select_rl_step(list(caps), rl_step))))
     return sorted(kept, key=lambda c: (c.side != "train", c.rank, str(c.path)))
+
+
+def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = (),
+                     infer: Sequence[Path] = (), rl_step: Optional[int] = None) -> List[Capture]:
+    """Captures from a verl ``profiler_output`` folder and/or explicit per-side paths.
+
+    Explicit paths replace discovery for their side. Duplicate captures of one (side, rank, role folder)
+    are reduced to one (:func:`tilake.ingest.profiler.discover.dedupe`: DB over text, highest level; the
+    others are listed on it), rank-less workers and rollout replicas get one rank slot each, and captures of
+    several profiled RL steps are narrowed to ``rl_step``: :func:`reduce_captures` of :func:`find_captures`.
+    Raises:
+        TilakeError: nothing given, a path holds no capture, several RL steps and no ``rl_step``.
+    """
+    if profiler_output is None and not train and not infer:
+        raise TilakeError("give a profiler_output folder or --train/--infer paths")
+    return reduce_captures(find_captures(profiler_output, train, infer), rl_step)
+
+
+@contextlib.contextmanager
+def captures_for(profiler_output: Optional[PathLike], train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
+                 ray: Optional[str] = None, rl_step: Optional[int] = None) -> Iterator[Tuple[List[Capture], Any]]:
+    """``(captures, fleet)`` for one ingest: :func:`collect_captures` on this machine and ``fleet`` None,
+    or with ``ray`` (``--ray auto|local|ADDRESS``; None: ``$TILAKE_RAY``) a Ray fleet held open for the block
+    (:func:`tilake.ingest.profiler.fleet.ray_fleet`) whose nodes each found the captures on their own
+    disks (:func:`find_captures` per node), reduced here once (:func:`reduce_captures`).
+
+    Raises:
+        TilakeError: nothing given or found; ray not installed; Ray did not start or connect.
+    """
+    ray = ray or settings.ray_address()
+    if not ray:
+        yield collect_captures(Path(profiler_output) if profiler_output else None, train, infer, rl_step), None
+        return
+    from tilake.ingest.profiler.fleet import check_address, ray_fleet, require_ray
+
+    require_ray()
+    check_address(ray)
+    if profiler_output is None and not train and not infer:
+        raise TilakeError("give a profiler_output folder or --train/--infer paths")
+    po = Path(profiler_output).absolute() if profiler_output else None
+    tr, inf = [Path(p).absolute() for p in train], [Path(p).absolute() for p in infer]
+    with ray_fleet(ray) as fleet:
+        find = functools.partial(find_captures, po, tr, inf)
+        yield reduce_captures(fleet.probe(find, [str(p) for p in ([po] if po else []) + tr + inf]), rl_step), fleet
 
 
 def check_sides(caps: Sequence[Capture], profiler_output: Optional[PathLike], allow_missing: bool = False) -> None:
@@ -148,7 +209,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
                 run_meta: Optional[Dict] = None, lang: str = "zh", train: Sequence[Path] = (),
                 infer: Sequence[Path] = (), allow_missing: bool = False,
                 progress: bool = True, profiler_step: Optional[int] = None,
-                rl_step: Optional[int] = None) -> ProfileResult:
+                rl_step: Optional[int] = None, ray: Optional[str] = None) -> ProfileResult:
     """Ingest → dbt build → report for one run; returns where everything landed.
 
     Args:
@@ -161,24 +222,40 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
             instead of failing.
         profiler_step: count only profiler step N (``ProfilerStep#N``) on every rank with step markers.
         rl_step: with captures of several profiled RL steps, the one to ingest (``--rl-step``).
+        ray: ingest on Ray (``auto``, ``local`` or an address; :func:`captures_for`); None: threads here.
     Raises:
         TilakeError: bad input (the lake is unchanged), dbt failure, report failure.
     """
     validate_run_id(run_id)
     check_out_dir(out_dir, lake.root)
-    caps = collect_captures(profiler_output, train, infer, rl_step)
-    check_sides(caps, profiler_output, allow_missing)
-    meta = dict(run_meta or {})
-    meta.setdefault("source_path", source_description(profiler_output, train, infer))
-    with lake.writing():   # one lock, one ensure: ingest and build
-        ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
-                             profiler_step=profiler_step)
+    stack = contextlib.ExitStack()
+    with stack:
+        caps, fleet = stack.enter_context(captures_for(profiler_output, train, infer, ray, rl_step))
+        check_sides(caps, profiler_output, allow_missing)
+        meta = dict(run_meta or {})
+        meta.setdefault("source_path", source_description(profiler_output, train, infer))
+        with lake.writing():   # one lock, one ensure: ingest and build
+            ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
+                                 profiler_step=profiler_step, fleet=fleet)
+            stack.close()      # Ray is left before the dbt build
+            build, alignment = _build_after_ingest(lake, run_id)
+    build.raise_if_failed(path=lake.root)
+    return _finish_profile(lake, run_id, out_dir, lang, ing, build, alignment)
+
+
+def _build_after_ingest(lake: Lake, run_id: str) -> Tuple[BuildResult, Any]:
+    """dbt build (swapped in atomically), then the kernel alignment rows of ``run_id`` when it succeeded."""
+    with lake.writing():
         try:
             build = build_swapped(lake)
         except DbtInterrupted as exc:
             raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
         alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
-    build.raise_if_failed(path=lake.root)
+    return build, alignment
+
+
+def _finish_profile(lake: Lake, run_id: str, out_dir: Path, lang: str, ing: IngestResult,
+                    build: BuildResult, alignment: Any = None) -> ProfileResult:
     from tilake.reports.op_diff import write_report
 
     out = write_report(lake.warehouse, run_id, out_dir, lang)
@@ -283,11 +360,14 @@ def _facts(model: Dict[str, Any]) -> Dict[str, Any]:
 def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
                    train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
                    allow_missing: bool = False, progress: bool = True, profiler_step: Optional[int] = None,
-                   rl_step: Optional[int] = None, **model: Any) -> IngestResult:
+                   rl_step: Optional[int] = None, ray: Optional[str] = None, **model: Any) -> IngestResult:
     """``tilake ingest``: captures of ``profiler_output`` and/or ``train``/``infer`` → the lake.
 
     Args:
         profiler_step: count only profiler step N (``--profiler-step``; ``--step`` is the RL step label).
+        ray: ``--ray``: one Ray task per capture on the node holding it (``auto``, ``local``, ``HOST:PORT``);
+            None: threads on this machine (:func:`captures_for`).
+        rl_step: with captures of several profiled RL steps, the one to ingest (``--rl-step``).
         model: :func:`run_meta` keyword arguments (model_id, model_family, model_path, step, tags) and
             :func:`facts_meta`'s (phases, log, script, settings).
     Raises:
@@ -295,14 +375,14 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
     """
     rid = resolve_run_id(run_id, profiler_output, train, infer)
     facts = _facts(model)
-    caps = collect_captures(Path(profiler_output) if profiler_output else None, train, infer, rl_step)
-    check_sides(caps, profiler_output, allow_missing)
-    meta = run_meta(**model, collection_method=RECORDED,
-                    source_path=source_description(profiler_output, train, infer))
-    meta.update(facts)
-    with lake.writing():
-        return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=progress,
-                              profiler_step=profiler_step)
+    with captures_for(profiler_output, train, infer, ray, rl_step) as (caps, fleet):
+        check_sides(caps, profiler_output, allow_missing)
+        meta = run_meta(**model, collection_method=RECORDED,
+                        source_path=source_description(profiler_output, train, infer))
+        meta.update(facts)
+        with lake.writing():
+            return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=progress,
+                                  profiler_step=profiler_step, fleet=fleet)
 
 
 def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = False) -> Tuple[BuildResult, List[str]]:
@@ -332,7 +412,8 @@ def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh")
 def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
                 out_dir: Optional[PathLike] = None, lang: str = "zh", train: Sequence[PathLike] = (),
                 infer: Sequence[PathLike] = (), allow_missing: bool = False, progress: bool = True,
-                profiler_step: Optional[int] = None, rl_step: Optional[int] = None, **model: Any) -> ProfileResult:
+                profiler_step: Optional[int] = None, rl_step: Optional[int] = None, ray: Optional[str] = None,
+                **model: Any) -> ProfileResult:
     """``tilake run``: :func:`run_profile` with the CLI's defaults (``progress=False``: no progress bars).
 
     The run id defaults to :func:`default_run_id`; ``out_dir`` to the profiler_output folder's parent
@@ -345,4 +426,5 @@ def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optiona
     meta = run_meta(**model, collection_method=RECORDED)
     meta.update(facts)
     return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), meta, lang,
-                       train, infer, allow_missing, progress=progress, profiler_step=profiler_step, rl_step=rl_step)
+                       train, infer, allow_missing, progress=progress, profiler_step=profiler_step, rl_step=rl_step,
+                       ray=ray)

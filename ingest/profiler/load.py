@@ -410,7 +410,8 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
 
 def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[Dict] = None,
                    allow_missing: bool = False, progress: bool = True,
-                   profiler_step: Optional[int] = None, workers: Optional[int] = None) -> IngestResult:
+                   profiler_step: Optional[int] = None, workers: Optional[int] = None,
+                   fleet=None) -> IngestResult:
     """Ingest every capture of one run, replacing any earlier ingest of ``run_id``.
 
     Writes inside :meth:`Lake.writing` (the caller's door, or its own when called alone).
@@ -426,6 +427,10 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
         profiler_step: count only this profiler step (N of ``ProfilerStep#N``) on every rank with markers.
         workers: captures ingested at once (each its own DuckDB instance; see :func:`_run_captures`);
             None = one per CPU core, at most one per (side, rank).
+        fleet: None (threads on this machine), or a Ray fleet
+            (:class:`tilake.ingest.profiler.fleet.RayFleet`): one Ray task per capture on the node that
+            holds it, into this writer's staging folder; ``fleet.metadata(cap)`` gives the capture's
+            ``profiler_metadata.json`` as read on its node. Same rows, same commit.
     Returns:
         :class:`IngestResult`.
     Raises:
@@ -444,7 +449,7 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
         with Progress(*cols, disable=not progress, transient=True) as bar:
             task = bar.add_task(run_id, total=len(captures))
             for cap in captures:
-                md = read_metadata(cap.pt_dir)
+                md = fleet.metadata(cap) if fleet is not None else read_metadata(cap.pt_dir)
                 groups = parallel_groups(md)
                 rows.append({"capture_id": cap.capture_id, "path": str(cap.path), "source_kind": cap.kind,
                              "profiler_level": cap.level, "rank_source": cap.rank_source, "worker": cap.worker or (cap.role or None),
@@ -453,7 +458,8 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                              "parallel_groups": json.dumps(groups) if groups else None})
                 if "parallel_config" not in meta and parallel_layout(md):
                     meta["parallel_config"] = parallel_layout(md)
-            result.captures = _run_captures(w, captures, rows, bar, task, workers)
+            result.captures = (fleet.run(w, captures, rows, bar, task) if fleet is not None
+                               else _run_captures(w, captures, rows, bar, task, workers))
         result.notes += _restrict_steps(w, result.captures, profiler_step)
         for side in ("train", "infer"):
             n = max((c.capture.workers for c in result.captures if c.capture.side == side), default=0)

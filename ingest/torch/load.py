@@ -230,7 +230,8 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, ve
     con = writer.con
     # bounded memory for multi-GB traces: DuckDB spills joins and sorts to the run's staging folder
     con.execute("SET memory_limit='600MB'")
-    con.execute(f"SET temp_directory={sql_str(writer.staging / 'spill')}")
+    # (a Ray task's writer names a node-local folder of its own: tilake.ingest.profiler.fleet)
+    con.execute(f"SET temp_directory={sql_str(getattr(writer, 'spill_dir', None) or writer.staging / 'spill')}")
     tag = uuid.uuid4().hex[:8]
     t = _load_csvs(con, paths, tag)
     n_py = con.execute(f'SELECT count(*) FROM "{t["py"]}"').fetchone()[0]

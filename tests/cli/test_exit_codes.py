@@ -31,6 +31,7 @@ def _bad_inputs(tmp):
         (["scan", str(tmp / "nope.sh"), "--lake", str(lake)], "no such file"),
         (["runs", "--lake", str(afile)], "is a file"),
         (["runs", "rm", "bad!id", "--lake", str(lake)], "invalid run id"),
+        (["runs", "compact", "bad!id", "--lake", str(lake)], "invalid run id"),
         (["runs", "diff", "a", "b", "--lake", str(nolake)], "no warehouse yet"),
         (["sql", "select 1", "--format", "csv", "--lake", str(nolake)], "no warehouse yet"),
         (["dbt", "--lake", str(nolake), "--", "ls"], "no lake here"),
