@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from tilake.lake.duck import sqlite_ro
+
 _INFER_HINTS = ("rollout", "agent_loop", "vllm", "infer", "generate")
 # verl role / replica folders: captures in different ones are different processes or roles, never duplicates
 _ROLE_RE = re.compile(r"^(agent_loop_rollout_replica_\d+|rollout[-_]?replica[-_]?\d+|actor_update|update_actor|"
