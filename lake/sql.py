@@ -358,8 +358,20 @@ def print_lines(cols: List[str], rows: List[tuple], max_rows: int = 200, out=Non
     out.write(f"{len(rows)} row(s)" + (f" — {more} not shown (use --max-rows or --format csv)" if more > 0 else "") + "\n")
 
 
+def _words_width(cols: List[str], rows: List[tuple]) -> int:
+    """Terminal columns a rich table of ``rows`` needs so that no word is cut: per column its longest
+    word (header or value, ``NULL`` for None) plus rich's 3 columns of padding and border, plus 1."""
+    need = 1
+    for i, c in enumerate(cols):
+        words = str(c).split() + [w for r in rows for w in ("NULL" if r[i] is None else str(r[i])).split()]
+        need += max((len(w) for w in words), default=0) + 3
+    return need
+
+
 def print_result(cols: List[str], rows: List[tuple], max_rows: int = 200, console=None) -> None:
-    """Rich table of a query result (first ``max_rows`` rows; the count of the rest is printed)."""
+    """Rich table of a query result (first ``max_rows`` rows; the count of the rest is printed). When the
+    console is too narrow for the table's longest words, the rows are printed in line mode
+    (:func:`print_lines`) instead of cutting words."""
     from rich.console import Console
     from rich.table import Table
     from rich.markup import escape
@@ -367,6 +379,12 @@ def print_result(cols: List[str], rows: List[tuple], max_rows: int = 200, consol
     console = console or Console()
     if not cols:
         console.print("ok (no result set)")
+        return
+    shown = rows[:max_rows]
+    if _words_width(cols, shown) > console.width:
+        # a table this wide would cut words mid-way (rich folds a word longer than its column): one
+        # ``column = value`` line each instead, nothing cut
+        print_lines(cols, rows, max_rows, out=console.file)
         return
     t = Table(show_lines=False)
     for c in cols:
