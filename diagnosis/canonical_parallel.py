@@ -167,7 +167,7 @@ def merge_tp(shards: List[DumpSide], side: str) -> LogicalSide:
                              f"{counts.get('segments', 0)} per fused segment, {counts.get('replicated', 0)} replicated "
                              f"checked bitwise{', ' + str(counts['refuse']) + ' not mergeable' if counts.get('refuse') else ''})",
                  {"tp": tp, "ranks": [r.dir.name for r in shards], "plans": counts})
-    return LogicalSide(d0, dict(d0.entries), dict(d0.parents), dict(d0.order), slots, load, [rec])
+    return LogicalSide(d0, dict(d0.entries), dict(d0.parents), dict(d0.order), slots, load, [rec], sources=shards)
 
 
 # ------------------------------------------------------------------------------ PP
@@ -256,6 +256,7 @@ def join_pp(stages: List[Any], side: str, layer_pattern: Optional[str] = None) -
             f"{', '.join(str(o) for o in offsets[1:])}" + (f" ({len(comm)} send/recv calls dumped)" if comm else ""))
     rec = Record(side, "pp", text, {"pp": len(ordered), "stages": [label(s) for s in ordered], "layer_offsets": offsets})
     inner = [r for s in ordered for r in records_of(s)]
-    out = LogicalSide(ordered[0], entries, parents, order, sorted(slots, key=lambda s: s.exec_order), load, [rec], pt_of)
+    out = LogicalSide(ordered[0], entries, parents, order, sorted(slots, key=lambda s: s.exec_order), load, [rec], pt_of,
+                      sources=ordered)
     out.records = inner + [rec]
     return out

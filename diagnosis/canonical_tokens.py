@@ -178,7 +178,7 @@ def join_chunks(steps: List[Any], side: str, counts: List[int], labels: List[str
         a += c
     rec = Record(side, "chunks", f"{side} chunked prefill: steps {', '.join(labels)} joined (token rows "
                                  f"{', '.join(spans)}; positions continue)", {"steps": labels, "rows": counts})
-    return LogicalSide(s0, dict(s0.entries), dict(s0.parents), dict(s0.order), slots, load, [rec])
+    return LogicalSide(s0, dict(s0.entries), dict(s0.parents), dict(s0.order), slots, load, [rec], sources=steps)
 
 
 def find_positions(dump):

@@ -41,8 +41,9 @@ class LogicalSide:
 
     def __init__(self, proto, entries: Dict[str, dict], parents: Dict[str, Optional[str]], order: Dict[str, int],
                  slots: List[Slot], loader: Callable[[Slot], Any], records: List[Record],
-                 pt_of: Optional[Callable[[Slot], Path]] = None) -> None:
+                 pt_of: Optional[Callable[[Slot], Path]] = None, sources: Optional[List[Any]] = None) -> None:
         self.dir = proto.dir
+        self._sources = list(sources) if sources else [proto]   # the dump folders behind the logical side
         self.side = proto.side
         self.step, self.rank, self.proc = proto.step, proto.rank, proto.proc
         self.meta = proto.meta
@@ -62,6 +63,12 @@ class LogicalSide:
     slot = DumpSide.slot
     api_name = DumpSide.api_name
     children = DumpSide.children
+
+    def dtype_note(self) -> Optional[str]:
+        """The dtype notes (:meth:`tilake.ingest.msprobe.reader.DumpSide.dtype_note`) of every dump folder behind
+        this logical side (TP shards, PP stages, chunked-prefill steps), joined; None when none has one."""
+        notes = [n for n in (getattr(s, "dtype_note", lambda: None)() for s in self._sources) if n]
+        return " ".join(notes) or None
 
     def load(self, slot: Slot):
         """The logical tensor of ``slot`` (see the class)."""

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Optional, Union
+from typing import List, Optional, Union
 
 import duckdb
 
@@ -149,3 +149,8 @@ def sqlite_ro(path: Union[str, Path]):
 
     return sqlite3.connect(sqlite_uri(path), uri=True)
 
+
+def parquet_columns(con, path: Union[str, Path]) -> List[str]:
+    """Column names stored in one Parquet file (Hive path parsing off: ``run_id=`` folders add nothing)."""
+    return [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_str(path)}, "
+                                      "hive_partitioning=false)").fetchall()]

@@ -34,7 +34,7 @@ from tilake.errors import LakeBusyError, TilakeError
 from tilake.files import atomic_path
 from tilake.lake import schema
 from tilake.lake.compact import compact_staged
-from tilake.lake.duck import connect, sql_str
+from tilake.lake.duck import connect, parquet_columns, sql_str
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 TMP_SUFFIX = ".parquet-partial"
@@ -476,12 +476,6 @@ class RunWriter:
             return self.copy_query(table, f'SELECT * FROM "{tmp}"', partition)
         finally:
             self.con.execute(f'DROP TABLE "{tmp}"')
-
-
-def parquet_columns(con, path: Union[str, Path]) -> List[str]:
-    """Column names stored in one Parquet file (Hive path parsing off: ``run_id=`` folders add nothing)."""
-    return [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_str(path)}, "
-                                      "hive_partitioning=false)").fetchall()]
 
 
 def raw_source(lake: Lake, table: str) -> str:

@@ -116,3 +116,37 @@ def device_of(db: Path) -> Optional[int]:
 def role_of(parts: List[str]) -> str:
     """The verl role/replica folder names on a capture's relative path, joined by ``/`` ("" if none)."""
     return "/".join(p for p in parts if _ROLE_RE.match(p))
+
+
+def identity_notes(cap: "Capture") -> List[str]:
+    """What capture health says about where ``cap`` came from: msprof export, verl role, rollout replica and its
+    rank slot, RL step and how it was found, ignored summaries beside it, duplicates not ingested, rank-less
+    worker slot; one sentence each (empty when plain)."""
+    notes = []
+    if cap.kind == "db" and cap.path.name.startswith("msprof_") and cap.path.parent.name == "mindstudio_profiler_output":
+        notes.append("msprof export (service profiling, no torch_npu layer): CANN tables only, so host ops "
+                     "(PYTORCH_API) and call stacks are absent; kernels from TASK ⋈ COMPUTE_TASK_INFO")
+    if cap.role and cap.replica is None:
+        notes.append(f"role {cap.role}")
+    if cap.replica is not None:
+        how = (f"global rank {cap.rank} (relocated -globalrank)" if cap.rank_source == "global_rank"
+               else f"rank slot {cap.rank}")
+        notes.append(f"rollout replica {cap.replica}, engine rank {cap.engine_rank if cap.engine_rank is not None else 0}: "
+                     f"{how}, one capture per replica (replicas repeat engine rank 0; counted per replica)")
+    if cap.rl_step is not None:
+        src = {"file_name": "from the file name", "folder": "from the <save_path>/<step>/ folder",
+               "order": "by file order in the replica folder (the k-th trace = the k-th profiled step)"}
+        notes.append(f"RL step {cap.rl_step} ({src.get(cap.rl_step_source, cap.rl_step_source)})")
+    for p in cap.ignored:
+        notes.append(f"{p.name} beside it: vLLM's profiler summary table (text rendering of the same trace), "
+                     "recognised and not read as evidence")
+    if cap.duplicates:
+        notes.append(f"kept over {len(cap.duplicates)} duplicate capture(s) of {cap.side} rank {cap.rank} "
+                     "(rule: DB over text export, then highest profiler level, then latest): ignored "
+                     + "; ".join(d.describe() for d in cap.duplicates))
+    if cap.rank_source == "worker":
+        notes.append(f"worker without rank id (rank_id -1): folder {cap.worker}, pid "
+                     f"{cap.pid if cap.pid is not None else 'unknown'}, device "
+                     f"{cap.device_id if cap.device_id is not None else 'unknown'}; rank slot {cap.rank}, "
+                     f"{cap.workers} worker(s) merged into the {cap.side} total")
+    return notes

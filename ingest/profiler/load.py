@@ -39,6 +39,7 @@ from tilake.ingest.run_facts import versions_from_profiler_info
 from tilake.lake.store import Lake, RunWriter
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
                           readable_copy, session_fields, sha256_file, table_rows_json)
+from tilake.ingest.profiler.capture import identity_notes
 from tilake.ingest.profiler.discover import Capture
 from tilake.ingest.profiler.metadata import empty_reason, parallel_groups, parallel_layout, read_metadata
 from tilake.ingest.profiler.steps import (StepCounts, StepMarks, assign_steps, common_steps, db_step_marks,
@@ -174,7 +175,8 @@ def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResu
     if cap.kind == "text":
         return _ingest_text(cap, w, part, row)
     if cap.kind == "trace":
-        tr = ingest_trace(cap.path, w, part, row["capture_id"])
+        # a rollout replica's / relocated capture's rank slot stays (every replica's engine says rank 0)
+        tr = ingest_trace(cap.path, w, part, row["capture_id"], keep_rank=cap.rank_source in ("replica", "global_rank"))
         row.update(tr.capture, size_bytes=file_size(cap.path), sha256=sha256_file(cap.path))
         if part["rank"] != cap.rank:  # distributedInfo.rank after traceEvents: known only after the stream
             cap.rank = part["rank"]
@@ -188,37 +190,6 @@ def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResu
                              f"torch_npu.profiler.profiler.analyse('{cap.path}') on the Ascend host, "
                              "then ingest again")
     return CaptureResult(cap, "evidence_missing", empty_reason(cap.pt_dir or cap.path))
-
-
-def _identity_notes(cap: Capture) -> List[str]:
-    notes = []
-    if cap.kind == "db" and cap.path.name.startswith("msprof_") and cap.path.parent.name == "mindstudio_profiler_output":
-        notes.append("msprof export (service profiling, no torch_npu layer): CANN tables only, so host ops "
-                     "(PYTORCH_API) and call stacks are absent; kernels from TASK ⋈ COMPUTE_TASK_INFO")
-    if cap.role and cap.replica is None:
-        notes.append(f"role {cap.role}")
-    if cap.replica is not None:
-        how = (f"global rank {cap.rank} (relocated -globalrank)" if cap.rank_source == "global_rank"
-               else f"rank slot {cap.rank}")
-        notes.append(f"rollout replica {cap.replica}, engine rank {cap.engine_rank if cap.engine_rank is not None else 0}: "
-                     f"{how}, one capture per replica (replicas repeat engine rank 0; counted per replica)")
-    if cap.rl_step is not None:
-        src = {"file_name": "from the file name", "folder": "from the <save_path>/<step>/ folder",
-               "order": "by file order in the replica folder (the k-th trace = the k-th profiled step)"}
-        notes.append(f"RL step {cap.rl_step} ({src.get(cap.rl_step_source, cap.rl_step_source)})")
-    for p in cap.ignored:
-        notes.append(f"{p.name} beside it: vLLM's profiler summary table (text rendering of the same trace), "
-                     "recognised and not read as evidence")
-    if cap.duplicates:
-        notes.append(f"kept over {len(cap.duplicates)} duplicate capture(s) of {cap.side} rank {cap.rank} "
-                     "(rule: DB over text export, then highest profiler level, then latest): ignored "
-                     + "; ".join(d.describe() for d in cap.duplicates))
-    if cap.rank_source == "worker":
-        notes.append(f"worker without rank id (rank_id -1): folder {cap.worker}, pid "
-                     f"{cap.pid if cap.pid is not None else 'unknown'}, device "
-                     f"{cap.device_id if cap.device_id is not None else 'unknown'}; rank slot {cap.rank}, "
-                     f"{cap.workers} worker(s) merged into the {cap.side} total")
-    return notes
 
 
 def _restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int]) -> List[str]:
@@ -294,7 +265,7 @@ def _run_one(cap: Capture, w, row: Dict, say) -> CaptureResult:
         res.marks = text_step_marks(cap.text_dir or cap.path)
     if res.status in USABLE and res.files and res.marks.ranges:
         res.step_counts = assign_steps(w.con, res.files, res.marks)
-    res.notes = _identity_notes(cap)
+    res.notes = identity_notes(cap)
     if res.status not in USABLE and cap.pt_dir is not None and not res.marks.ranges:
         res.marks = text_step_marks(cap.pt_dir / "ASCEND_PROFILER_OUTPUT")
         if res.marks.ranges:

@@ -141,14 +141,15 @@ def _variant(scan: TraceScan, has_stack: bool) -> str:
     return "+".join(parts)
 
 
-def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceResult:
+def ingest_trace(path: Path, writer, partition: Dict, capture_id: str, keep_rank: bool = False) -> TraceResult:
     """Read one ``*.json[.gz]`` Chrome trace into ``kernels``, ``host_ops``, ``call_stacks`` and
     ``mstx_ranges`` of the open run ``writer``.
 
     Args:
         path: the trace file. writer: :class:`tilake.lake.store.RunWriter`.
         partition: ``{"side": …, "rank": …}``; its ``rank`` is set to ``distributedInfo.rank`` when the
-            trace has one (wherever the key sits in the object). capture_id: the capture's stable id.
+            trace has one (wherever the key sits in the object) and ``keep_rank`` is False (a rollout replica's
+            rank slot from discovery stays). capture_id: the capture's stable id.
     Returns:
         :class:`TraceResult`; ``capture`` holds ``schema_variant``, ``schema_version``,
         ``table_rows`` (events per category, steps), ``session_*_ns``, ``truncated``, ``backend``.
@@ -179,7 +180,9 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str) -> TraceR
         except TruncatedTrace as exc:
             return _truncated_result(cap, exc, scan)
         rank = trace_rank_of(scan)
-        if rank is not None:  # distributedInfo.rank (head or tail of the object) names the partition
+        # distributedInfo.rank (head or tail of the object) names the partition, except for a rollout replica
+        # or relocated capture, whose rank slot discovery gave (each replica's engine repeats rank 0)
+        if rank is not None and not keep_rank:
             partition["rank"] = rank
             cap["rank_source"] = "distributedInfo"
         version = scan.header.get("schemaVersion", version)

@@ -10,12 +10,9 @@ tests/diagnosis/test_dumps_real_msprobe.py).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,6 +20,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from msprobe_python import PY, requires_msprobe
 from tilake.cli import main
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
@@ -31,16 +29,7 @@ from tilake.diagnosis.steps import open_sides
 GEN = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe_shapes.py"
 
 
-def _python():
-    exe = os.environ.get("TILAKE_MSPROBE_PYTHON")
-    if exe:
-        return exe
-    return sys.executable if importlib.util.find_spec("msprobe") else None
-
-
-PY = _python()
-pytestmark = pytest.mark.skipif(PY is None, reason="msprobe (mindstudio-probe) not importable; "
-                                                   "set TILAKE_MSPROBE_PYTHON to a Python that has it")
+pytestmark = requires_msprobe
 SIDES = [("ref", "train"), ("ref", "infer"), ("tp2", "infer"), ("pp2", "train"), ("padded", "train"),
          ("prefix", "infer"), ("chunked", "infer"), ("fp16", "infer"), ("int8", "infer")]
 MB3 = 3 * 1024 * 1024

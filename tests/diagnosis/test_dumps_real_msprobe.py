@@ -8,31 +8,19 @@ scikit-learn, onnx and tensorboard, so it is not a test dependency.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
+from msprobe_python import PY, requires_msprobe
 from tilake.cli import main
 
 GEN = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe_writer.py"
 
 
-def _python():
-    exe = os.environ.get("TILAKE_MSPROBE_PYTHON")
-    if exe:
-        return exe
-    return sys.executable if importlib.util.find_spec("msprobe") else None
-
-
-PY = _python()
-pytestmark = pytest.mark.skipif(PY is None, reason="msprobe (mindstudio-probe) not importable; "
-                                                   "set TILAKE_MSPROBE_PYTHON to a Python that has it")
+pytestmark = requires_msprobe
 
 
 def dump(side, out, fault="-", config=None, cfg=None):

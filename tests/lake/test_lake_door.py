@@ -113,9 +113,9 @@ def test_lake_root_reads_the_setting(tmp_path, monkeypatch):
 
 def test_one_schema_definition_renders_the_dbt_sources():
     src = schema.dbt_sources()
-    assert src["version"] == 2 and [s["name"] for s in src["sources"]] == ["lake", "lake_dumps"]
+    assert src["version"] == 2 and [s["name"] for s in src["sources"]] == ["lake", "lake_dumps", "lake_align"]
     tables = {t["name"]: t for s in src["sources"] for t in s["tables"]}
-    assert list(tables) == list(schema.TABLES) == schema.PROFILE_TABLES + schema.DUMP_TABLES
+    assert list(tables) == list(schema.TABLES) == schema.PROFILE_TABLES + schema.DUMP_TABLES + schema.ALIGN_TABLES
     for name, cols in schema.TABLES.items():
         assert [(c["name"], c["data_type"]) for c in tables[name]["columns"]] == cols
     assert schema.PROFILE_TABLES == ["runs", "captures", "kernels", "host_ops", "call_stacks", "mstx_ranges",

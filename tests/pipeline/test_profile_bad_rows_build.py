@@ -31,7 +31,8 @@ def test_unlinked_cut_capture_builds_and_keeps_backend(tmp_path):
     # the build's data tests pass with the bad rows in the lake (before: tilake_not_negative failed
     # this and every later build until the run was removed)
     res = run_profile(None, lake, "b", tmp_path / "b", train=[tmp_path / "cap" / "train"],
-                      infer=[tmp_path / "cap" / "infer"], progress=False)
+                      infer=[tmp_path / "cap" / "infer"], progress=False,
+                      run_meta={"phases": "all"})   # every kernel of the step (the DBs carry verl phase marks)
     assert res.report_path.exists()
     backend, = mart(lake.root, "SELECT train_backend_detected FROM int_runs_backends_detected WHERE run_id = 'b'")[0]
     assert backend == "megatron"  # from the call stacks the order-matched host ops carry

@@ -123,16 +123,16 @@ def test_csv_bom_header_and_rows(reference):
     att = next(r for r in rows if r[0] == "注意力")
     assert att[1:3] == ["FlashAttentionScore", "FusedInferAttentionScore"] and att[6] == "🔴"
     norm = next(r for r in rows if r[0] == "残差+归一化")
-    assert re.fullmatch(r"RmsNorm\(\d+\)\+Add\(\d+\)", norm[1]) and re.fullmatch(r"\d+\+\d+", norm[3])
+    assert re.fullmatch(r"RmsNorm\(\d+\)\+Add\(\d+\)", norm[1]) and re.fullmatch(r"\d+", norm[3])   # one number (issue 19: was "16+2")
     assert norm[5] == "融合程度不同" and norm[6] == "🟠"
     assert norm[7] == "megatron/core/transformer/torch_norm.py"
 
 
-def test_report_has_seven_sections_markup_and_call_stacks(reference):
+def test_report_has_eight_sections_markup_and_call_stacks(reference):
     res, _g, _lake, _caps = reference
     md = res.report_path.read_text(encoding="utf-8")
     heads = re.findall(r"^## (\d)\. ", md, flags=re.M)
-    assert heads == ["1", "2", "3", "4", "5", "6", "7"]
+    assert heads == ["1", "2", "3", "4", "5", "6", "7", "8"]   # 8: kernel alignment per layer
     assert '<span style="color:red">🔴 高差异</span>' in md
     assert '<span style="color:orange">🟠 中差异</span>' in md
     assert md.count("<details><summary>调用栈详情</summary>") == 3   # attention, norm, rope

@@ -347,7 +347,7 @@ def test_scan_from_output_lists_every_output_without_a_python_dict(built, tmp_pa
     r = CliRunner().invoke(main, ["scan", "--from-output", str(built["po"]), "--run-id", "s1", "--lake",
                                   str(tmp_path / "lake"), "--out", str(out), "--lang", "en"], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output
-    assert "{'" not in r.output and "evidence: infer device, train device" in r.output, r.output
+    assert "{'" not in r.output and "evidence: infer: device kernels, train: device kernels" in r.output, r.output
     for name in ("train_infer_op_diff_report.md", "operator_diff_table.csv", "train_infer_op_diff_report.html",
                  "operator_diff_table_numeric.csv", "operator_diff.xlsx", "op_diff_overview.png"):
         assert name in r.output and (out / name).exists(), (name, r.output)

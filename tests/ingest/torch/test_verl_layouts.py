@@ -73,7 +73,8 @@ def test_real_run_layout_both_sides_roles_and_summary_ignored(traces, tmp_path):
 def test_real_traces_ingest_both_sides_cpu_ops_and_gloo_collectives(traces, tmp_path):
     root = _layout(tmp_path / "po", traces)
     lake = Lake(tmp_path / "lake")
-    res = run_profile(root, lake, "verlcpu", tmp_path / "out", lang="en", progress=False)
+    # phases "all": the collectives of the whole step (the default compares the log-prob forward only)
+    res = run_profile(root, lake, "verlcpu", tmp_path / "out", run_meta={"phases": "all"}, lang="en", progress=False)
     assert res.evidence == {"train": "cpu_ops", "infer": "cpu_ops"} and res.status == "ok"
     con = duckdb.connect(str(lake.warehouse), read_only=True)
     health = con.execute("select side, kernel_count, role, reason from fct_capture_health order by side").fetchall()
