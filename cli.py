@@ -266,20 +266,20 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("tilake-example"), show_default=True, help="Where the example capture and report go.")
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
-@click.option("--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Lake folder (default: <out>/lake).")
+@click.option("--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None, help="Lake folder (default: <out>/lake).")
+@click.option("--with-dump", is_flag=True, help="Also an msprobe dump of the same step, analysed into the same run: both reports join profile and dump (needs PyTorch; docs/alignment.md).")
 @click.option("--backend", type=click.Choice(["ascend", "torch"]), default="ascend", show_default=True,
               help="ascend: synthetic torch_npu DBs; torch: profile a tiny Qwen3-style RL step here "
                    "(CUDA when present, else CPU) with torch.profiler.")
 @JSON_OPTION
 @_dbt_progress
-def example(out_dir, lang, lake_path, backend, as_json):
+def example(out_dir, lang, lake_path, with_dump, backend, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
     with --backend torch, make real traces of a tiny model on this machine instead."""
     from tilake.pipeline.example import example_lake, run_example
     from tilake.reports.run_console import finish
 
-    res = run_example(out_dir, lake_path, lang, backend=backend)
+    res = run_example(out_dir, lake_path, lang, backend=backend, with_dump=with_dump)
     sys.exit(finish(res, example_lake(out_dir, lake_path), as_json, example=True))
 
 
@@ -450,11 +450,11 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
 @click.option("--max-rows", type=int, default=200, show_default=True, help="Rows shown by table/line.")
 @click.option("--allow-external-access", is_flag=True,
               help="Let the query read files outside the lake (read_csv('/x.csv')); off by default.")
+@click.option("--param", "params", multiple=True, type=KeyValue(), help="NAME=VALUE for the query's $NAME (repeatable), e.g. --param run_id=R for reports/queries/*.sql.")
 @LAKE_OPTION
-def sql_cmd(query, fmt, output, max_rows, allow_external_access, lake_path) -> None:
+def sql_cmd(query, fmt, output, max_rows, allow_external_access, params, lake_path) -> None:
     """Read-only SQL over the warehouse marts (raw tables as raw_<table>); no QUERY opens a shell."""
-    from tilake.lake.sql import sql_command
-    sys.exit(sql_command(_lake(lake_path), query, fmt, output, max_rows, allow_external_access))
+    sys.exit(__import__("tilake.lake.sql", fromlist=["_"]).sql_command(_lake(lake_path), query, fmt, output, max_rows, allow_external_access, dict(params)))
 
 
 @main.command("trend")

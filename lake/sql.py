@@ -216,11 +216,18 @@ def check_statements(con, sql: str) -> List[Any]:
     return stmts
 
 
-def query(lake: Lake, sql: str, allow_external_access: bool = False) -> Tuple[List[str], List[tuple]]:
+def _bind(text: str, params: Optional[dict]) -> dict:
+    """The ``params`` that ``text`` names as ``$name`` (DuckDB refuses a value for a parameter a statement lacks)."""
+    return {k: v for k, v in (params or {}).items() if re.search(rf"\${re.escape(k)}\b", text)}
+
+
+def query(lake: Lake, sql: str, allow_external_access: bool = False,
+          params: Optional[dict] = None) -> Tuple[List[str], List[tuple]]:
     """Run a read-only query; returns ``(column names, rows)`` of the last statement.
 
     Args:
         allow_external_access: let the query read files outside the lake (see :func:`open_readonly`).
+        params: values of the query's ``$name`` parameters (``{"run_id": "R"}`` for the named queries).
     Raises:
         TilakeError: see :func:`open_readonly` / :func:`check_statements`; a DuckDB error while
             binding or running (its message on one line).
@@ -231,7 +238,7 @@ def query(lake: Lake, sql: str, allow_external_access: bool = False) -> Tuple[Li
         try:
             cur = None
             for st in stmts:
-                cur = con.execute(st.query)
+                cur = con.execute(st.query, _bind(st.query, params))
             cols = [d[0] for d in cur.description] if cur.description else []
             return cols, cur.fetchall() if cols else []
         except duckdb.Error as exc:
@@ -244,7 +251,8 @@ def query(lake: Lake, sql: str, allow_external_access: bool = False) -> Tuple[Li
 _SHOW_LIKE = re.compile(r"^(?:\s*(?:--[^\n]*\n|/\*.*?\*/))*\s*(?:DESCRIBE|DESC|SHOW|SUMMARIZE)\b", re.I | re.S)
 
 
-def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: bool = False) -> int:
+def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: bool = False,
+           params: Optional[dict] = None) -> int:
     """Write the result of one SELECT to ``output`` as csv (header), json (array) or parquet.
 
     The file is written through a temp file beside it (the only path outside the lake the
@@ -279,8 +287,8 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
         if _SHOW_LIKE.match(body):   # COPY (DESCRIBE t) is a parser error; a subquery of it is not
             body = f"SELECT * FROM ({body})"
         try:
-            con.execute(f"COPY ({body}\n) TO {sql_str(tmp)} ({opts})")
-            n = con.execute(f"SELECT count(*) FROM ({body}\n)").fetchone()[0]
+            con.execute(f"COPY ({body}\n) TO {sql_str(tmp)} ({opts})", _bind(body, params))
+            n = con.execute(f"SELECT count(*) FROM ({body}\n)", _bind(body, params)).fetchone()[0]
         except duckdb.Error as exc:
             tmp.unlink(missing_ok=True)
             raise TilakeError(duckdb_error_line(exc))
@@ -291,9 +299,10 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
 
 
 def sql_command(lake: Lake, sql: Optional[str], fmt: str = "table", output: Optional[Path] = None,
-                max_rows: int = 200, allow_external_access: bool = False) -> int:
+                max_rows: int = 200, allow_external_access: bool = False, params: Optional[dict] = None) -> int:
     """``tilake sql``: no query opens the shell; table/line print here; csv/json go to stdout unless
     ``output`` names a file (``-`` is stdout: a file named ``-`` is never written); parquet needs a file.
+    ``params``: ``--param name=value`` values of the query's ``$name`` parameters.
 
     Returns:
         the exit status (the shell's, else 0).
@@ -301,22 +310,22 @@ def sql_command(lake: Lake, sql: Optional[str], fmt: str = "table", output: Opti
         TilakeError: an option that does not fit the format; see :func:`query` / :func:`export`.
     """
     if sql is None:
-        if fmt != "table" or output:
-            raise TilakeError("--format/--output need a QUERY")
+        if fmt != "table" or output or params:
+            raise TilakeError("--format/--output/--param need a QUERY")
         return open_shell(lake, allow_external_access=allow_external_access)
     if fmt in ("table", "line"):
         if output:
             raise TilakeError("--output needs --format csv, json or parquet")
-        cols, rows = query(lake, sql, allow_external_access)
+        cols, rows = query(lake, sql, allow_external_access, params)
         (print_lines if fmt == "line" else print_result)(cols, rows, max_rows)
     elif output is None or str(output) == "-":
-        export_stdout(lake, sql, fmt, allow_external_access)
+        export_stdout(lake, sql, fmt, allow_external_access, params=params)
     else:
-        print(f"wrote {export(lake, sql, fmt, output, allow_external_access)} row(s) to {output}")
+        print(f"wrote {export(lake, sql, fmt, output, allow_external_access, params)} row(s) to {output}")
     return 0
 
 
-def export_stdout(lake: Lake, sql: str, fmt: str, allow_external_access: bool = False, out=None) -> int:
+def export_stdout(lake: Lake, sql: str, fmt: str, allow_external_access: bool = False, out=None, params=None) -> int:
     """Write the result of one SELECT as csv (header) or json (array of objects) to stdout.
 
     The bytes are exactly those ``--output FILE`` gets (DuckDB's COPY into a private temp folder,
@@ -334,7 +343,7 @@ def export_stdout(lake: Lake, sql: str, fmt: str, allow_external_access: bool = 
     out = out or sys.stdout
     with tempfile.TemporaryDirectory(prefix="tilake-sql-") as d:
         f = Path(d) / f"result.{fmt}"
-        n = export(lake, sql, fmt, f, allow_external_access)
+        n = export(lake, sql, fmt, f, allow_external_access, params)
         text = f.read_text(encoding="utf-8")
     out.write(text if not text or text.endswith("\n") else text + "\n")
     out.flush()

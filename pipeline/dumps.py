@@ -49,8 +49,9 @@ def _progress():
 
 
 def write_dump_outputs(an: "A.Analysis", card: Dict[str, Any], out_dir: Path,
-                       charts: bool = True) -> Dict[str, Path]:
-    """Write the analysis' JSON outputs, then render the reports from ``report_source.json``.
+                       charts: bool = True, join: Optional[Dict[str, Any]] = None) -> Dict[str, Path]:
+    """Write the analysis' JSON outputs, then render the reports from ``report_source.json`` (and
+    ``join``, the profile ⋈ dump facts of :func:`profile_join`; None: not in a lake).
 
     Returns:
         output name → path (``task_card``, ``boundary_results``, ``stub_instruction``,
@@ -65,9 +66,27 @@ def write_dump_outputs(an: "A.Analysis", card: Dict[str, Any], out_dir: Path,
 
     src = O.report_source(an, card)
     paths = O.write_outputs(an, card, Path(out_dir), src=src)
-    paths.update(render_reports(src, Path(out_dir), charts=charts))
+    paths.update(render_reports(src, Path(out_dir), charts=charts, join=join))
     paths.update(write_boundary_tables(src, Path(out_dir)))  # boundary_results.csv / .xlsx
     return paths
+
+
+def profile_join(lake: Lake, run_id: str) -> Dict[str, Any]:
+    """The profile ⋈ dump facts of ``run_id`` for the dump report, read from the warehouse's
+    ``fct_boundary_kernels`` (:func:`tilake.reports.alignment.dump_join_facts`): ``joined`` when the lake
+    holds a profile of the same run, step, rank and model, else ``refused`` with the reason, or
+    ``no_profile`` (also when the lake has no warehouse yet)."""
+    from tilake.lake.duck import connect
+    from tilake.reports.alignment import dump_join_facts
+
+    wh = lake.root / "warehouse.duckdb"
+    if not wh.is_file():
+        return dict(dump_join_facts(None, run_id), status="no_profile", reason="the lake has no warehouse yet")
+    con = connect(wh, read_only=True)
+    try:
+        return dump_join_facts(con, run_id)
+    finally:
+        con.close()
 
 
 def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] = None) -> Dict[str, Any]:
@@ -143,17 +162,19 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
                        "no boundary could be read"),
             "layers": {s: an.sides.get(s, {}).get("layers", UNKNOWN) for s in ("train", "infer")},
         }
-        paths = write_dump_outputs(an, card, Path(out_dir), charts=charts)
-        built = None
-        if build:
-            res = build_swapped(lake, select=DUMP_MODELS).raise_if_failed("dbt build of the dump marts failed")
-            built = len(res.nodes)
+        res = build_swapped(lake, select=DUMP_MODELS) if build else None
+        built = len(res.nodes) if res is not None else None
+        join = profile_join(lake, run_id) if lake is not None and (res is None or res.success) else None
+        paths = write_dump_outputs(an, card, Path(out_dir), charts=charts, join=join)
+        if res is not None:
+            res.raise_if_failed("dbt build of the dump marts failed")
     fd = an.rounds[0]["first_divergence"] if an.rounds else {}
     return {"verdict": an.verdict, "consistency": an.consistency, "reason": an.verdict_reason,
             "first_divergence": fd.get("boundary") or fd.get("reason"),
             "points": [(p["round"], p["boundary"], p["class"]) for p in an.points],
             "stub_needed": bool((an.stub_instruction or {}).get("needed")),
             "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built,
+            "profile_join": {k: (join or {}).get(k) for k in ("status", "reason")} if join else None,
             "suggestions": [x["text"] for x in an.suggestions],
             "warnings": [n for n in an.notes if "than dump.json declares" in n],
             "exit_code": exit_status(an)}

@@ -55,18 +55,24 @@ def example_lake(out_dir: Path, lake_path: Optional[Path] = None) -> Path:
 
 
 def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh",
-                backend: str = "ascend", device: Optional[str] = None) -> ProfileResult:
+                backend: str = "ascend", device: Optional[str] = None, with_dump: bool = False) -> ProfileResult:
     """Write ``<out_dir>/profiler_output`` (replacing an earlier example there), then run the pipeline.
 
     Args:
         backend: ``ascend`` (synthetic torch_npu DBs) or ``torch`` (real torch.profiler traces made
             here). device: for ``torch``: ``cpu``/``cuda`` (default: cuda when present).
+        with_dump: also the dump half of the same step (:func:`run_joined_example`; ``ascend`` only).
     The lake is :func:`example_lake` (``<out_dir>/lake`` unless ``lake_path`` is given).
     Raises:
         TilakeError: ``out_dir`` exists and is not a folder; unknown backend; pipeline errors.
+        ModuleNotFoundError: ``with_dump`` without PyTorch (before anything is written).
     """
     if backend not in BACKENDS:
         raise TilakeError(f"example backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if with_dump:
+        if backend != "ascend":
+            raise TilakeError("--with-dump goes with the synthetic profile (--backend ascend)")
+        return run_joined_example(out_dir, lake_path, lang)
 
     out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
@@ -85,3 +91,51 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh
 
     make_profiler_output(capture, seed=0)
     return run_profile(capture, lake, EXAMPLE_RUN_ID, out_dir, dict(EXAMPLE_META), lang)
+
+
+JOINED_RUN_ID = "example-qwen3-0.6b-grpo-dump"
+
+
+def run_joined_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh") -> ProfileResult:
+    """The example with both halves of one step in one run (``tilake example --with-dump``).
+
+    1. The synthetic profile of :func:`run_example` (28 layers), ingested as run :data:`JOINED_RUN_ID`
+       with step 0 (the dump's ``step0`` folder: the join is refused when the steps differ).
+    2. A train/infer msprobe dump pair of a tiny Qwen3 (:func:`tilake.synth.msprobe_step.write_dump_pair`:
+       HF eager attention vs vLLM-style SDPA, so the first divergence is ``L0.attn_core.out``) in
+       ``<out_dir>/dumps``, analysed into the same lake and run id (task card model ``Qwen/Qwen3-0.6B``) with
+       the dump marts built; its report ``<out_dir>/dump_report/alignment_report.{md,html}`` holds the join.
+    3. The operator diff report written again, now with its "Profile ⋈ dump" section.
+
+    Returns:
+        the :class:`ProfileResult` of step 1, its ``outputs`` extended with ``dumps``, ``dump_report`` and
+        ``dump_report_html``.
+    Raises:
+        ModuleNotFoundError: PyTorch missing (checked first: nothing is written). TilakeError: as
+        :func:`run_example`.
+    """
+    import torch  # noqa: F401  (the dump half needs it: say so before the profile half runs)
+
+    from tilake.pipeline.dumps import run_analyze
+    from tilake.pipeline.profile import report_command
+    from tilake.synth import make_profiler_output
+    from tilake.synth.msprobe_step import write_dump_pair
+
+    out_dir = Path(out_dir).resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise TilakeError("exists and is not a folder", path=out_dir)
+    for sub in ("profiler_output", "dumps"):
+        shutil.rmtree(out_dir / sub, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lake = Lake(example_lake(out_dir, lake_path))
+    make_profiler_output(out_dir / "profiler_output", seed=0)
+    meta = dict(EXAMPLE_META, step=0, collection_method=EXAMPLE_META["collection_method"]
+                + "; with a synthetic msprobe dump of the same step (tilake.synth.msprobe_step)")
+    res = run_profile(out_dir / "profiler_output", lake, JOINED_RUN_ID, out_dir, meta, lang)
+    train, infer = write_dump_pair(out_dir / "dumps")
+    dump = run_analyze(train, infer, out_dir / "dump_report", card={"model": EXAMPLE_META["model_id"]},
+                       lake_path=lake.root, run_id=JOINED_RUN_ID, build=True, charts=True, show_progress=False)
+    report_command(lake, JOINED_RUN_ID, out_dir, lang)
+    res.outputs.update(dumps=out_dir / "dumps", dump_report=Path(dump["outputs"]["report_md"]),
+                       dump_report_html=Path(dump["outputs"]["report_html"]))
+    return res

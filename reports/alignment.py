@@ -97,3 +97,48 @@ def alignment_facts(con, run_id: str) -> Dict[str, Any]:
     return {"layers": by_side, "summary": summary, "status": status, "reason": reason, "groups": groups,
             "odd": odd, "links": links, "link_rows": link_rows, "boundaries": bks, "join": join,
             "first_divergence": first, "points": points, "confirm": confirm}
+
+
+def kernels_text(r: Dict[str, Any]) -> str:
+    """One aligned group as the dump report writes it: ``FlashAttentionScore (train) vs
+    FusedInferAttentionScore (infer), different_impl, layer 0 positions 6 ↔ 6``."""
+    return (f"{r['train_kernels'] or '—'} (train) vs {r['infer_kernels'] or '—'} (infer), {r['relation']}, "
+            f"layer {r['layer']} positions {positions(r['train_first'], r['train_last'])} ↔ "
+            f"{positions(r['infer_first'], r['infer_last'])}")
+
+
+def dump_join_facts(con, run_id: Optional[str]) -> Dict[str, Any]:
+    """The profile ⋈ dump facts of the dump report (``alignment_report.{md,html}``), from ``fct_boundary_kernels``.
+
+    Args:
+        con: a read-only connection to the warehouse, or None when the analysis was not written into
+            a lake (or the lake has no warehouse yet). run_id: the dump analysis' run id (None: no lake).
+    Returns:
+        ``{"status", "reason", "run_id", "points": [{"round", "boundary", "status", "tensor_ulp",
+        "first" (the round-0 first divergence), "groups": [rows with "text"; most severe comparison grade
+        first]}]}``; ``status`` is the mart's ``join_status`` (``joined`` | ``refused`` | ``no_profile``),
+        ``no_profile`` when the warehouse has no ``fct_boundary_kernels`` (no profile was ever built into
+        it) or no row of the run, ``no_lake`` when ``con`` is None.
+    """
+    out: Dict[str, Any] = {"status": "no_lake", "reason": None, "run_id": run_id, "points": []}
+    if con is None or run_id is None:
+        return out
+    has = con.execute("select count(*) from information_schema.tables where table_schema = 'main' "
+                      "and table_name = 'fct_boundary_kernels'").fetchone()[0]
+    st = _rows(con, "dumps_profile_join", run_id) if has else []
+    if not st:
+        out.update(status="no_profile", reason="the lake's warehouse holds no profile of this run")
+        return out
+    out.update(status=st[0]["join_status"], reason=st[0]["join_reason"])
+    points: Dict[tuple, Dict[str, Any]] = {}
+    for r in _rows(con, "dumps_boundary_kernels", run_id):
+        p = points.setdefault((r["round"], r["boundary"]), {
+            "round": r["round"], "boundary": r["boundary"], "status": r["status"], "tensor_ulp": r["tensor_ulp"],
+            "first": r["round"] == 0 and bool(r["is_first_divergence"]), "groups": []})
+        if r["module"] is not None:
+            r["text"] = kernels_text(r) if r["relation"] else None
+            p["groups"].append(r)
+    for p in points.values():
+        p["groups"].sort(key=lambda r: SEVERITY.get(r["comparison_grade"], 9))
+    out["points"] = sorted(points.values(), key=lambda p: (not p["first"], p["round"]))
+    return out

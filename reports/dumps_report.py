@@ -12,7 +12,7 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_text
@@ -143,13 +143,20 @@ def chain_chart(chain: List[Dict[str, Any]], title: str) -> str:
 
 
 
-def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> Dict[str, Path]:
-    """Render both reports into ``out_dir``; returns ``{"report_md": path, "report_html": path}``."""
+def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True,
+                   join: Optional[Dict[str, Any]] = None) -> Dict[str, Path]:
+    """Render both reports into ``out_dir``; returns ``{"report_md": path, "report_html": path}``.
+
+    ``join``: the profile ⋈ dump facts (:func:`tilake.reports.alignment.dump_join_facts`, read from the
+    marts); None = the analysis is not in a lake (the section says how to get the join)."""
     from markupsafe import Markup
+
+    from tilake.reports.alignment import dump_join_facts
 
     env = _env()
     out_dir = Path(out_dir)
-    md = _env(markdown=True).get_template("alignment_report.md.j2").render(s=src)
+    join = join or dump_join_facts(None, None)
+    md = _env(markdown=True).get_template("alignment_report.md.j2").render(s=src, j=join)
     hists, chain_png, row_curves = [], None, []
     if charts:
         div = [b for b in src["boundaries"] if b.get("ulp_hist") and b["status"] not in ("EXACT",)
@@ -163,6 +170,6 @@ def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> D
         if src.get("amplification_chain"):
             chain_png = chain_chart(src["amplification_chain"], "amplification chain from the first divergence (round 0)")
     html = env.get_template("alignment_report.html.j2").render(s=src, hists=hists, chain_png=chain_png,
-                                                               row_curves=row_curves)
+                                                               row_curves=row_curves, j=join)
     return {"report_md": atomic_write_text(out_dir / "alignment_report.md", md, mkdir=False),
             "report_html": atomic_write_text(out_dir / "alignment_report.html", html, mkdir=False)}
