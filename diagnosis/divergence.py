@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-NOT_COMPARED = ("evidence_missing", "MISSING")
+from tilake.vocab import NOT_COMPARED
 
 
 def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[str] = ()) -> None:

@@ -22,6 +22,7 @@ from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import MODULE_RE
 from tilake.models.boundary_maps import SIDES, Boundary, expand
+from tilake.vocab import BoundaryStatus
 
 
 class Pair:
@@ -181,7 +182,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
             if b.layer is None and b.position > 0 and pair.stage_ends[s]:
                 reason = (f"not in this {s} dump: it ends at layer {pair.layer_counts[s] - 1} (a pipeline stage "
                           f"before the last: no final norm or output layer), not missing from the model — {reason}")
-            row.update(status="evidence_missing", reason=reason)
+            row.update(status=BoundaryStatus.EVIDENCE_MISSING, reason=reason)
             return row
     for s in SIDES:
         row[f"{s}_source"] = res[s].description
@@ -213,7 +214,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
         row.update(status=exc.status, reason=exc.reason)
         return row
     except Exception as exc:  # noqa: BLE001 - a tensor kind no transform expects: never a traceback
-        row.update(status="evidence_missing", reason=f"not comparable: {type(exc).__name__}: {str(exc)[:200]}")
+        row.update(status=BoundaryStatus.EVIDENCE_MISSING, reason=f"not comparable: {type(exc).__name__}: {str(exc)[:200]}")
         return row
     _select_request(tens, pair.pairing, row["notes"])
     a, o = tens[pair.ref], tens[pair.other]
@@ -223,7 +224,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
     a, o = _unify(a, o, row["notes"])
     if tuple(a.shape) != tuple(o.shape):
         if _padded_vs_packed(a, o):
-            row.update(status="evidence_missing",
+            row.update(status=BoundaryStatus.EVIDENCE_MISSING,
                        reason=f"padded vs packed tensors ({list(tens['train'].shape)} vs "
                               f"{list(tens['infer'].shape)}) and no attention mask or cu_seqlens to "
                               "remove the padding: refusing to compare padded tensors")
@@ -246,7 +247,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
         if r["status"] != "EXACT":
             row["constant_rows"] = constant_rows({pair.ref: a, pair.other: o})
     except Exception as exc:  # a tensor kind we cannot compare: never crash the whole analysis
-        row.update(status="evidence_missing", reason=f"comparison failed: {type(exc).__name__}: {exc}")
+        row.update(status=BoundaryStatus.EVIDENCE_MISSING, reason=f"comparison failed: {type(exc).__name__}: {exc}")
         return row
     row.update(r)
     if r["status"] == "DTYPE_DIFF":

@@ -17,6 +17,7 @@ from tilake.diagnosis.suggest import suggest_fixes
 from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
 from tilake.diagnosis.verdict import verdict
 from tilake.models.boundary_maps import SIDES
+from tilake.vocab import EVIDENCE_MISSING, Verdict
 
 
 _FROZEN = [0]
@@ -167,13 +168,13 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         elif fd["status"] == "none":
             rinfo["outcome"] = "downstream_all_exact" if k else "all_exact"
         elif fd["status"] == "undetermined":
-            rinfo["outcome"] = "evidence_missing"
+            rinfo["outcome"] = Verdict.EVIDENCE_MISSING
         elif need:
             rinfo["outcome"] = "stub_needed"
         else:
             rinfo["outcome"] = "only_rounding_level"
         if missing:
-            rinfo["evidence_missing"] = [r["boundary"] for r in missing]
+            rinfo[EVIDENCE_MISSING] = [r["boundary"] for r in missing]
         an.rounds.append(rinfo)
         if need:
             instr = stub_instruction(pair, cmp_rows, pts[0] if pts else {"boundary": fd["boundary"]}, k, instr)

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 from tilake.diagnosis import selectors as S
 from tilake.errors import TilakeError
 from tilake.models.boundary_maps import SIDES
+from tilake.vocab import BoundaryStatus
 
 PSEUDO = "token_ids"  # the pseudo-boundary feeding the embedding in classification
 
@@ -84,7 +85,7 @@ def compare_token_ids(pair) -> Dict[str, Any]:
 
 
 def _missing(reason: str) -> Dict[str, Any]:
-    return {"status": "evidence_missing", "positions": None, "differing": None, "first_differing": [],
+    return {"status": BoundaryStatus.EVIDENCE_MISSING, "positions": None, "differing": None, "first_differing": [],
             "shift": None, "text": f"token ids not compared: {reason}"}
 
 
