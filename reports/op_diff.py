@@ -304,7 +304,7 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
                        ops_text=ops_text, calls_text=calls_text,
                        code_path=lambda r, s: code_path(r, s, lang),
                        steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
-                       steps_note=lambda: steps_note(lang),
+                       steps_note=lambda: steps_note(lang), words=lambda key: label(key, lang),
                        # the "‡ differs from the seed's example table" footnote belongs to the bundled example only
                        seed_example=str(facts["run"].get("collection_method") or "").startswith("bundled synthetic"))
     env.filters["key_rows"] = key_rows

@@ -38,37 +38,22 @@ STATUS_FILL = {BoundaryStatus.EXACT: GRADE_FILL[Grade.GREEN], BoundaryStatus.NOT
                BoundaryStatus.MISSING: GRADE_FILL[Grade.EVIDENCE_MISSING],
                BoundaryStatus.EVIDENCE_MISSING: GRADE_FILL[Grade.EVIDENCE_MISSING]}
 
-# (key, English header, Chinese header) of the comparison table's numeric form
-COMPARISON_COLUMNS: Sequence[Tuple[str, str, str]] = (
-    ("module", "module", "模块 ID"),
-    ("module_label", "module_label", "操作"),
-    ("train_ops", "train_ops", "训练算子"),
-    ("infer_ops", "infer_ops", "推理算子"),
-    ("train_calls", "train_calls", "训练调用次数"),
-    ("infer_calls", "infer_calls", "推理调用次数"),
-    ("train_device_us", "train_device_us", "训练 device 总时间 (µs)"),
-    ("infer_device_us", "infer_device_us", "推理 device 总时间 (µs)"),
-    ("train_mean_us", "train_mean_us", "训练平均时间 (µs)"),
-    ("infer_mean_us", "infer_mean_us", "推理平均时间 (µs)"),
-    ("device_ratio", "device_ratio_infer_over_train", "device 时间比 (推理/训练)"),
-    ("diff_type", "diff_type", "差异类型"),
-    ("grade", "grade", "差异等级"),
-    ("rule_id", "rule_id", "判定规则"),
-    ("train_code_path", "train_code_path", "训练代码路径"),
-    ("infer_code_path", "infer_code_path", "推理代码路径"),
-    # train / infer for a row with ops on that side only ("training only"), empty otherwise
-    ("one_side", "one_side_only", "单侧独有"),
-)
-SIDE_OP_COLUMNS = (("rank_in_side", "rank", "排名"), ("op_type", "op_type", "CANN 算子类型"),
-                   ("calls", "calls", "调用次数"), ("call_share", "call_share", "占比"),
-                   ("category", "category", "分类"), ("module", "module", "模块"), ("fused", "fused", "融合"),
-                   ("total_device_us", "total_device_us", "device 总时间 (µs)"),
-                   ("mean_device_us", "mean_device_us", "平均时间 (µs)"),
-                   ("example_kernel", "example_kernel", "示例 kernel"))
-CAPTURE_COLUMNS = (("side", "side", "侧"), ("rank", "rank", "rank"), ("source_kind", "source_kind", "来源类型"),
-                   ("status", "status", "状态"), ("kernel_count", "kernel_count", "算子数"),
-                   ("schema_variant", "schema_variant", "schema"), ("profiler_level", "profiler_level", "level"),
-                   ("truncated", "truncated", "截断"), ("reason", "reason", "原因"), ("path", "path", "DB 文件"))
+
+def _columns(table: str, keys: Sequence[str]) -> Tuple[Tuple[str, str, str], ...]:
+    """``(key, English header, Chinese header)`` per column of ``table`` (labels ``column.<table>.<key>``)."""
+    return tuple((k, *reversed(both(f"column.{table}.{k}"))) for k in keys)
+
+
+# the comparison table's numeric form (``one_side``: train / infer for a row with ops on that side only,
+# "training only", empty otherwise)
+COMPARISON_COLUMNS: Sequence[Tuple[str, str, str]] = _columns("comparison", (
+    "module", "module_label", "train_ops", "infer_ops", "train_calls", "infer_calls", "train_device_us",
+    "infer_device_us", "train_mean_us", "infer_mean_us", "device_ratio", "diff_type", "grade", "rule_id",
+    "train_code_path", "infer_code_path", "one_side"))
+SIDE_OP_COLUMNS = _columns("side_ops", ("rank_in_side", "op_type", "calls", "call_share", "category", "module",
+                                        "fused", "total_device_us", "mean_device_us", "example_kernel"))
+CAPTURE_COLUMNS = _columns("captures", ("side", "rank", "source_kind", "status", "kernel_count", "schema_variant",
+                                        "profiler_level", "truncated", "reason", "path"))
 BOUNDARY_COLUMNS = ("round", "position", "boundary", "op", "status", "train_shape", "infer_shape", "train_dtype",
                     "mismatch_count", "mismatch_fraction", "max_abs_diff", "tensor_ulp",
                     "max_elem_ulp_significant", "signed_mean_ulp", "pattern", "class", "role", "reason")
