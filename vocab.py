@@ -90,6 +90,8 @@ class BoundaryStatus(Word):
 
 NOT_COMPARED = (BoundaryStatus.EVIDENCE_MISSING, BoundaryStatus.MISSING)
 """Boundary statuses that mean "no values were compared here"."""
+SKIPPED = (BoundaryStatus.ISOLATED, BoundaryStatus.NOT_COMPARED)
+"""Boundary statuses of a row left out of a round: stubbed (isolated) or not analysed."""
 
 
 class HypothesisStatus(Word):

@@ -9,7 +9,7 @@ from tilake.diagnosis.divergence import NOT_COMPARED
 from tilake.diagnosis.pair import Pair
 from tilake.ingest.msprobe.reader import DumpSide
 from tilake.models.boundary_maps import SIDES
-from tilake.vocab import HypothesisStatus
+from tilake.vocab import BoundaryStatus, HypothesisStatus
 
 
 def _scalar_kwargs(dump: DumpSide, entry: str) -> Dict[str, Any]:
@@ -31,11 +31,13 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
     out = []
     # weights: confirmed only by values (same dtype: bitwise; across dtypes: after the cast to the lower
     # precision); shapes, storage dtypes and shard layouts read "not comparable"
-    cmp = [w for w in weights if w["status"] not in NOT_COMPARED + ("SHAPE_DIFF",) and not _storage_only(w)]
-    bad = [w for w in cmp if w["status"] != "EXACT" and not _equal_after_cast(w)
+    cmp = [w for w in weights
+           if w["status"] not in NOT_COMPARED + (BoundaryStatus.SHAPE_DIFF,) and not _storage_only(w)]
+    bad = [w for w in cmp if w["status"] != BoundaryStatus.EXACT and not _equal_after_cast(w)
            and not (w.get("quantisation") or {}).get("within")]
-    quant_eq = [w for w in cmp if w["status"] == "NOT_EXACT" and (w.get("quantisation") or {}).get("within")]
-    cast_eq = [w for w in cmp if w["status"] == "DTYPE_DIFF" and _equal_after_cast(w)]
+    quant_eq = [w for w in cmp
+                if w["status"] == BoundaryStatus.NOT_EXACT and (w.get("quantisation") or {}).get("within")]
+    cast_eq = [w for w in cmp if w["status"] == BoundaryStatus.DTYPE_DIFF and _equal_after_cast(w)]
     miss = [w for w in weights if w not in cmp]
     if not cmp:
         out.append({"hypothesis": "weights not in sync", "status": HypothesisStatus.EVIDENCE_MISSING,
@@ -67,8 +69,11 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
     if tid.get("status") == "differ":
         out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.CONFIRMED,
                     "evidence": [tid["text"]]})
-    elif emb and (emb["status"] == "EXACT" or (emb["status"] == "DTYPE_DIFF" and _equal_after_cast(emb))):
-        ev = [f"first boundary {emb['boundary']} is {'bitwise EXACT' if emb['status'] == 'EXACT' else 'equal after the cast to the lower precision'} "
+    elif emb and (emb["status"] == BoundaryStatus.EXACT
+                  or (emb["status"] == BoundaryStatus.DTYPE_DIFF and _equal_after_cast(emb))):
+        how = ("bitwise EXACT" if emb["status"] == BoundaryStatus.EXACT
+               else "equal after the cast to the lower precision")
+        ev = [f"first boundary {emb['boundary']} is {how} "
               "(same token ids reach both models)"]
         if tid.get("status") == "equal":
             ev.append(tid["text"])
@@ -79,14 +84,14 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
                     "evidence": [tid["text"] + " (after canonicalisation)"] + pad_notes[:3] +
                                 ([f"first boundary {emb['boundary']}: {emb['status']} — {emb.get('reason')} (the inputs are "
                                   "aligned: look at the embedding weight or kernel)"] if emb else [])})
-    elif emb and emb["status"] in ("NOT_EXACT", "NONFINITE"):
+    elif emb and emb["status"] in (BoundaryStatus.NOT_EXACT, BoundaryStatus.NONFINITE):
         out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.CONFIRMED,
                     "evidence": [f"first boundary: {emb['status']} — {emb.get('reason')}", tid.get("text", "")]})
     else:
         out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.EVIDENCE_MISSING,
                     "evidence": [f"first boundary: {_not_comparable(emb) if emb else 'absent'}", tid.get("text", "")]})
     # configs: a config value that differs, never a shard shape
-    shape_bad = [w for w in weights if w["status"] == "SHAPE_DIFF"]
+    shape_bad = [w for w in weights if w["status"] == BoundaryStatus.SHAPE_DIFF]
     complete = not any(pair.stage_ends.values())
     if pair.layer_counts["train"] != pair.layer_counts["infer"] and complete and min(pair.layer_counts.values()) > 0:
         out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.CONFIRMED,
@@ -149,7 +154,7 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
                         "evidence": ev + [f"the first divergence is a linear output of a side with quantised weights "
                                           f"({quant[0]['text'].split(':')[0]}): the quantisation error, not a kernel, "
                                           "is expected there (its error scale is not classified yet)"]})
-        elif r.get("status") == "DTYPE_DIFF":
+        elif r.get("status") == BoundaryStatus.DTYPE_DIFF:
             out.append({"hypothesis": "fused kernel / accumulation order", "status": HypothesisStatus.EVIDENCE_MISSING,
                         "evidence": ev + ["the first divergence is a dtype difference: the precision change, not a "
                                           "kernel, is what the values show there"]})
@@ -188,11 +193,11 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
 def _storage_only(w: dict) -> bool:
     """A weight whose sides differ in storage only (an integer / quantised side against a float one)."""
     a, b = str(w.get("train_dtype") or ""), str(w.get("infer_dtype") or "")
-    return w["status"] == "DTYPE_DIFF" and (("int" in a) != ("int" in b)) and not w.get("downcast")
+    return w["status"] == BoundaryStatus.DTYPE_DIFF and (("int" in a) != ("int" in b)) and not w.get("downcast")
 
 
 def _equal_after_cast(w: dict) -> bool:
-    return w.get("status") == "DTYPE_DIFF" and bool((w.get("downcast") or {}).get("exact"))
+    return w.get("status") == BoundaryStatus.DTYPE_DIFF and bool((w.get("downcast") or {}).get("exact"))
 
 
 def _not_comparable(w: dict) -> str:
@@ -200,7 +205,7 @@ def _not_comparable(w: dict) -> str:
     reason = str(w.get("reason") or w.get("status"))
     if reason.startswith("not comparable"):
         return f"{w['boundary']}: {reason}"
-    if w.get("status") == "SHAPE_DIFF":
+    if w.get("status") == BoundaryStatus.SHAPE_DIFF:
         return f"{w['boundary']}: not comparable: {reason} — {shape_transform(w.get('train_shape'), w.get('infer_shape'))}"
     if _storage_only(w):
         return (f"{w['boundary']}: not comparable: {w.get('train_dtype')} vs {w.get('infer_dtype')} storage — dequantise "

@@ -23,7 +23,7 @@ from tilake.files import atomic_write_text
 from tilake.diagnosis.analyze import Analysis
 from tilake.diagnosis.logprob import strict_json
 from tilake.ingest.msprobe.reader import DumpSide
-from tilake.vocab import EVIDENCE_MISSING, NOT_COMPARED, BoundaryStatus, CaptureStatus
+from tilake.vocab import EVIDENCE_MISSING, NOT_COMPARED, SKIPPED, BoundaryStatus, CaptureStatus
 
 UNKNOWN = "unknown"
 CARD_FIELDS = ("model", "train_backend", "train_backend_version", "infer_backend", "infer_backend_version",
@@ -82,8 +82,8 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
     """The single source of facts for ``alignment_report.{md,html}`` (schema ``tilake.report_source/1``)."""
     r0 = an.rounds[0] if an.rounds else {}
     rows0 = [r for r in an.boundary_rows if r["round"] == 0]
-    diverging = [r for r in an.boundary_rows if r["status"] not in ("EXACT", "ISOLATED", "not_compared",
-                                                                   *NOT_COMPARED, BoundaryStatus.SHAPE_DIFF)]
+    diverging = [r for r in an.boundary_rows
+                 if r["status"] not in (BoundaryStatus.EXACT, *SKIPPED, *NOT_COMPARED, BoundaryStatus.SHAPE_DIFF)]
     slim_keys = ("round", "boundary", "position", "op", "status", "reason", "train_shape", "infer_shape",
                  "train_dtype", "mismatch_count", "mismatch_fraction", "max_abs_diff", "tensor_ulp",
                  "max_elem_ulp_significant", "signed_mean_ulp", "pos_count", "neg_count", "ulp_hist",
@@ -121,7 +121,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                                                                if h["hypothesis"] == "weights not in sync"), UNKNOWN)}},
         "summary": {"boundaries": len(rows0), "counts_round0": r0.get("counts", {}),
                     "weights_compared": sum(1 for w in an.weight_rows if w["status"] not in NOT_COMPARED),
-                    "weights_exact": sum(1 for w in an.weight_rows if w["status"] == "EXACT"),
+                    "weights_exact": sum(1 for w in an.weight_rows if w["status"] == BoundaryStatus.EXACT),
                     "rounds": len(an.rounds)},
         "token_ids": an.token_ids,
         "canonical": an.canonical,

@@ -13,7 +13,7 @@ from tilake.diagnosis import selectors as S
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import DumpSide
 from tilake.models.boundary_maps import SIDES, expand, list_maps, load_map
-from tilake.vocab import NOT_COMPARED, BoundaryStatus, ExitCode
+from tilake.vocab import NOT_COMPARED, SKIPPED, BoundaryStatus, ExitCode
 
 # exit status of ``tilake dumps analyze`` when no boundary could be compared (outputs are written)
 EXIT_NOTHING_COMPARED = ExitCode.EVIDENCE_MISSING
@@ -22,8 +22,7 @@ EXIT_NOTHING_COMPARED = ExitCode.EVIDENCE_MISSING
 def exit_status(an) -> int:
     """Exit status of ``tilake dumps analyze`` for an :class:`~tilake.diagnosis.result.Analysis`:
     :data:`EXIT_NOTHING_COMPARED` when no boundary could be compared, else 0 (a finding is not an error)."""
-    skipped = (*NOT_COMPARED, BoundaryStatus.ISOLATED, BoundaryStatus.NOT_COMPARED)
-    compared = [r for r in an.boundary_rows if r["status"] not in skipped]
+    compared = [r for r in an.boundary_rows if r["status"] not in NOT_COMPARED + SKIPPED]
     return EXIT_NOTHING_COMPARED if an.boundary_rows and not compared else ExitCode.DONE
 
 

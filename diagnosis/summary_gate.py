@@ -51,16 +51,16 @@ def summary_gate(res: Dict[str, Any], has_pt: Callable[[str, Any], bool]) -> Opt
         out[f"{s}_dtype"] = sl[s].declared_dtype
         out[f"{s}_shape"] = sl[s].declared_shape
     if sl["train"].declared_dtype != sl["infer"].declared_dtype:
-        return {**out, "status": "DTYPE_DIFF", "evidence_kind": "summary",
+        return {**out, "status": BoundaryStatus.DTYPE_DIFF, "evidence_kind": "summary",
                 "reason": f"dtype {sl['train'].declared_dtype} (train) vs {sl['infer'].declared_dtype} (infer), from dump.json"}
     if _numel(sl["train"].declared_shape) != _numel(sl["infer"].declared_shape):
-        return {**out, "status": "SHAPE_DIFF", "evidence_kind": "summary",
+        return {**out, "status": BoundaryStatus.SHAPE_DIFF, "evidence_kind": "summary",
                 "reason": f"shape {sl['train'].declared_shape} (train) vs {sl['infer'].declared_shape} (infer), from dump.json"}
     st = {s: sl[s].declared_stats or {} for s in SIDES}
     md5 = {s: st[s].get("md5") for s in SIDES}
     if all(md5.values()):
         same = md5["train"] == md5["infer"]
-        return {**out, "evidence_kind": "md5", "status": "EXACT" if same else "NOT_EXACT",
+        return {**out, "evidence_kind": "md5", "status": BoundaryStatus.EXACT if same else BoundaryStatus.NOT_EXACT,
                 "equal": same, "mismatch_count": 0 if same else None, "max_abs_diff": 0.0 if same else None,
                 "tensor_ulp": 0.0 if same else None,
                 "reason": None if same else f"md5 {md5['train']} (train) vs {md5['infer']} (infer): NOT_EXACT, "

@@ -93,7 +93,7 @@ def feed_embedding(rows: List[dict], by: Dict[str, dict], tid: Dict[str, Any]) -
     """When the token ids differ, make them the (non-EXACT) input of the embedding rows (in place)."""
     if tid.get("status") != "differ":
         return
-    by[PSEUDO] = {"boundary": PSEUDO, "status": "NOT_EXACT"}
+    by[PSEUDO] = {"boundary": PSEUDO, "status": BoundaryStatus.NOT_EXACT}
     for r in rows:
         if r.get("op") == "embedding" and not r.get("inputs"):
             r["inputs"] = [PSEUDO]

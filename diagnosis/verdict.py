@@ -6,7 +6,7 @@ from typing import Optional
 from tilake.diagnosis.divergence import NOT_COMPARED
 from tilake.diagnosis.logprob import check_logprob, logprob_findings
 from tilake.diagnosis.result import Analysis
-from tilake.vocab import Consistency, Verdict
+from tilake.vocab import SKIPPED, BoundaryStatus, Consistency, Verdict
 
 
 def verdict(an: Analysis, logprob: Optional[dict]) -> None:
@@ -16,10 +16,10 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
     ``evidence_missing`` with the reason. Rounding-level differences with an open systematic bias
     read ``rounding_biased``, never "agree up to floating-point rounding".
     """
-    compared = [r for r in an.boundary_rows if r["status"] not in NOT_COMPARED + ("ISOLATED", "not_compared")]
+    compared = [r for r in an.boundary_rows if r["status"] not in NOT_COMPARED + SKIPPED]
     last = an.rounds[-1] if an.rounds else {}
     logic = [p for p in an.points if p.get("class") == "logic-level"]
-    non_exact = [r for r in compared if r["status"] != "EXACT"]
+    non_exact = [r for r in compared if r["status"] != BoundaryStatus.EXACT]
     missing = [r for r in an.boundary_rows if r["status"] in NOT_COMPARED]
     biased = [r for r in non_exact if r.get("systematic_bias")]
     if not compared and missing:
@@ -38,7 +38,7 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
                              "(no stub round: align the inputs and dump again)")
     elif last.get("outcome") == "precision_config":
         dts = sorted({(str(r.get("train_dtype")).replace("torch.", ""), str(r.get("infer_dtype")).replace("torch.", ""))
-                      for r in non_exact if r["status"] == "DTYPE_DIFF"})
+                      for r in non_exact if r["status"] == BoundaryStatus.DTYPE_DIFF})
         an.verdict, an.consistency = Verdict.NONZERO, Consistency.PRECISION_CONFIG
         an.verdict_reason = (f"the sides compute in different dtypes ({', '.join(f'train {a} vs infer {b}' for a, b in dts)}): "
                              f"a configuration finding; compared in the lower precision, all {len(non_exact)} differing "
@@ -59,8 +59,8 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
         an.verdict_reason = (f"{len(md)} boundar{'y differs' if len(md) == 1 else 'ies differ'} by md5 (first: "
                              f"{md[0]['boundary']}); ULP and class are unknown without tensors — collect tensor mode "
                              f"for {md[0]['boundary']} (msprobe config task: tensor, list/scope naming its entry)")
-    elif [r for r in non_exact if r["status"] == "SHAPE_DIFF"]:
-        sd = [r["boundary"] for r in non_exact if r["status"] == "SHAPE_DIFF"]
+    elif [r for r in non_exact if r["status"] == BoundaryStatus.SHAPE_DIFF]:
+        sd = [r["boundary"] for r in non_exact if r["status"] == BoundaryStatus.SHAPE_DIFF]
         an.verdict, an.consistency = Verdict.EVIDENCE_MISSING, Consistency.UNKNOWN
         an.verdict_reason = (f"{len(sd)} boundar{'y has' if len(sd) == 1 else 'ies have'} different shapes after "
                              f"mapping (SHAPE_DIFF: {', '.join(sd[:3])}): values there were not compared")

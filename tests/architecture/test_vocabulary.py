@@ -1,6 +1,7 @@
-"""One vocabulary (#22): the grade names and ``evidence_missing`` are spelled as Python literals only in
-``tilake/vocab.py``; every other module says ``Grade.RED``, ``Evidence.MISSING``, … (SQL models, seeds and
-jinja templates keep the words as text). The scan reads every .py file of the package except tests.
+"""One vocabulary (#22): the grade names, ``evidence_missing`` and the boundary statuses of the dump analysis
+(``EXACT``, ``NOT_EXACT``, …) are spelled as Python literals only in ``tilake/vocab.py``; every other module
+says ``Grade.RED``, ``Evidence.MISSING``, ``BoundaryStatus.EXACT``, … (SQL models, seeds, jinja templates and
+the labels file keep the words as text). The scan reads every .py file of the package except tests.
 
 A rich/terminal colour (``style="red"``, ``border_style="red"``, an assignment to ``style``) is a colour
 name, not a grade, and is not counted.
@@ -18,7 +19,8 @@ from tilake.vocab import (BoundaryStatus, CaptureStatus, Evidence, ExitCode, Gra
                           grade_looks)
 
 ROOT = Path(vocab.__file__).resolve().parent
-WORDS = {g.value for g in Grade}   # red orange yellow green evidence_missing
+# red … evidence_missing, EXACT … not_compared
+WORDS = {g.value for g in Grade} | {s.value for s in BoundaryStatus}
 SKIP_DIRS = {"tests", ".pyroot", ".venv", "build", "dist"}
 STYLE_NAMES = ("style", "border_style", "colour", "color")
 
@@ -47,7 +49,7 @@ def _style_constants(tree: ast.AST) -> set:
 
 
 def vocabulary_literals(source: str):
-    """(line, word) of every string constant that is exactly a grade name or ``evidence_missing``."""
+    """(line, word) of every string constant that is exactly a grade name, ``evidence_missing`` or a boundary status."""
     tree = ast.parse(source)
     styles = _style_constants(tree)
     return [(n.lineno, n.value) for n in ast.walk(tree)
@@ -57,8 +59,8 @@ def vocabulary_literals(source: str):
 def test_the_scan_sees_literals():
     """The detector itself: a literal is found, a style colour and a longer text are not."""
     src = ('x = "evidence_missing"\nif g == "red": pass\nprint("a", style="red")\nstyle = "green" if x else "red"\n'
-           'y = "red herring"\nz = f"{g} evidence_missing"\n')
-    assert vocabulary_literals(src) == [(1, "evidence_missing"), (2, "red")]
+           'y = "red herring"\nz = f"{g} evidence_missing"\nw = r["status"] == "NOT_EXACT"\n')
+    assert vocabulary_literals(src) == [(1, "evidence_missing"), (2, "red"), (7, "NOT_EXACT")]
 
 
 def test_no_vocabulary_literal_outside_vocab():
@@ -87,6 +89,6 @@ def test_grade_looks_are_the_seed():
     assert grade_look("no-such-grade") == looks[Grade.EVIDENCE_MISSING]
 
 
-@pytest.mark.parametrize("word", sorted(WORDS))
-def test_each_word_is_in_vocab(word):
-    assert word in vocab.GRADES_CSV.read_text(encoding="utf-8")
+@pytest.mark.parametrize("grade", [g.value for g in Grade])
+def test_each_grade_is_a_seed_row(grade):
+    assert grade in grade_looks()
