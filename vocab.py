@@ -109,6 +109,20 @@ class AlignStatus(Word):
     EVIDENCE_MISSING = EVIDENCE_MISSING
 
 
+class RoundOutcome(Word):
+    """How one round of the dump analysis ended (``rounds[].outcome`` of ``report_source.json``);
+    ``pending``: a round the stub instruction asks for, not analysed yet."""
+    ALL_EXACT = "all_exact"
+    DOWNSTREAM_ALL_EXACT = "downstream_all_exact"
+    TOKEN_IDS_DIFFER = "token_ids_differ"
+    PRECISION_CONFIG = "precision_config"
+    EVIDENCE_MISSING = EVIDENCE_MISSING
+    STUB_NEEDED = "stub_needed"
+    STUB_NOT_EFFECTIVE = "stub_not_effective"
+    ONLY_ROUNDING_LEVEL = "only_rounding_level"
+    PENDING = "pending"
+
+
 class Verdict(Word):
     """The dump analysis' verdict (``report_source.json`` ``verdict``)."""
     EXACT = "exact"

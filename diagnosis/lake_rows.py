@@ -24,7 +24,7 @@ from tilake.lake.store import Lake
 from tilake.diagnosis.analyze import Analysis, RoundInput, amplification_chain
 from tilake.diagnosis.numerics import tensor_stats, torch_threads
 from tilake.ingest.msprobe.reader import DumpSide
-from tilake.vocab import SKIPPED, BoundaryStatus
+from tilake.vocab import SKIPPED, BoundaryStatus, RoundOutcome
 
 
 def _j(v) -> Optional[str]:
@@ -152,7 +152,7 @@ def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInpu
             srows.append({"round": si.get("round"), "isolated_boundary": (si.get("isolate_boundary") or {}).get("name"),
                           "source_side": si.get("source_side"), "target_side": si.get("target_side"),
                           "available": si.get("available"), "instruction": _j(si), "verified": None,
-                          "outcome": "pending"})
+                          "outcome": RoundOutcome.PENDING})
         w.write_rows("stub_rounds", srows)
         w.write_rows("dump_runs", [{
             "map_name": an.map_name, "reference_side": an.reference_side,

@@ -23,7 +23,7 @@ from tilake.files import atomic_write_text
 from tilake.diagnosis.analyze import Analysis
 from tilake.diagnosis.logprob import strict_json
 from tilake.ingest.msprobe.reader import DumpSide
-from tilake.vocab import EVIDENCE_MISSING, NOT_COMPARED, SKIPPED, BoundaryStatus, CaptureStatus
+from tilake.vocab import EVIDENCE_MISSING, NOT_COMPARED, SKIPPED, BoundaryStatus, Verdict
 
 UNKNOWN = "unknown"
 CARD_FIELDS = ("model", "train_backend", "train_backend_version", "infer_backend", "infer_backend_version",
@@ -97,7 +97,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
     missing = [{"round": r["round"], "boundary": r["boundary"], "status": r["status"], "reason": r.get("reason")}
                for r in an.boundary_rows + an.weight_rows if r["status"] in NOT_COMPARED]
     limitations = []
-    if an.logprob.get("status") == CaptureStatus.EVIDENCE_MISSING:
+    if an.logprob.get("status") == Verdict.EVIDENCE_MISSING:
         limitations.append("prefill log-prob diff: evidence_missing — " + an.logprob["reason"])
     if (an.stub_instruction or {}).get("needed"):
         limitations.append("independent points were not all isolated: the next stub round is pending "

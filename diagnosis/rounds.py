@@ -17,7 +17,7 @@ from tilake.diagnosis.suggest import suggest_fixes
 from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
 from tilake.diagnosis.verdict import verdict
 from tilake.models.boundary_maps import SIDES
-from tilake.vocab import EVIDENCE_MISSING, SKIPPED, BoundaryStatus, Verdict
+from tilake.vocab import EVIDENCE_MISSING, SKIPPED, BoundaryStatus, RoundOutcome, Verdict
 
 
 _FROZEN = [0]
@@ -89,7 +89,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
             rinfo["stub_verification"] = ver
             rinfo["isolated"] = list(isolated)
             if not ver["effective"]:
-                rinfo["outcome"] = "stub_not_effective"
+                rinfo["outcome"] = RoundOutcome.STUB_NOT_EFFECTIVE
                 stop_reason = (f"round {k}: the stub did not take effect (isolated input not bitwise equal); "
                                "downstream boundaries were not compared")
                 an.rounds.append(rinfo)
@@ -162,17 +162,17 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         if precision:
             need = False
         if fed_apart:
-            rinfo["outcome"] = "token_ids_differ"
+            rinfo["outcome"] = RoundOutcome.TOKEN_IDS_DIFFER
         elif precision:
-            rinfo["outcome"] = "precision_config"
+            rinfo["outcome"] = RoundOutcome.PRECISION_CONFIG
         elif fd["status"] == "none":
-            rinfo["outcome"] = "downstream_all_exact" if k else "all_exact"
+            rinfo["outcome"] = RoundOutcome.DOWNSTREAM_ALL_EXACT if k else RoundOutcome.ALL_EXACT
         elif fd["status"] == "undetermined":
-            rinfo["outcome"] = Verdict.EVIDENCE_MISSING
+            rinfo["outcome"] = RoundOutcome.EVIDENCE_MISSING
         elif need:
-            rinfo["outcome"] = "stub_needed"
+            rinfo["outcome"] = RoundOutcome.STUB_NEEDED
         else:
-            rinfo["outcome"] = "only_rounding_level"
+            rinfo["outcome"] = RoundOutcome.ONLY_ROUNDING_LEVEL
         if missing:
             rinfo[EVIDENCE_MISSING] = [r["boundary"] for r in missing]
         an.rounds.append(rinfo)
@@ -189,7 +189,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
     an.points = all_pts
     an.stub_instruction = instr if instr is not None else {
         "needed": False, "round": len(an.rounds),
-        "reason": an.rounds[-1].get("outcome") if an.rounds else "not_run"}
+        "reason": an.rounds[-1].get("outcome") if an.rounds else Verdict.NOT_RUN}
     if stop_reason:
         an.notes.append(stop_reason)
     if pair0 is not None:   # .pt files whose dtype is not dump.json's: said, never silent

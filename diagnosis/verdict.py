@@ -6,7 +6,7 @@ from typing import Optional
 from tilake.diagnosis.divergence import NOT_COMPARED
 from tilake.diagnosis.logprob import check_logprob, logprob_findings
 from tilake.diagnosis.result import Analysis
-from tilake.vocab import SKIPPED, BoundaryStatus, Consistency, Verdict
+from tilake.vocab import SKIPPED, BoundaryStatus, Consistency, RoundOutcome, Verdict
 
 
 def verdict(an: Analysis, logprob: Optional[dict]) -> None:
@@ -36,7 +36,7 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
         an.verdict, an.consistency = Verdict.NONZERO, Consistency.INPUTS_DIFFER
         an.verdict_reason = (an.token_ids["text"] + "; every difference downstream follows from the inputs "
                              "(no stub round: align the inputs and dump again)")
-    elif last.get("outcome") == "precision_config":
+    elif last.get("outcome") == RoundOutcome.PRECISION_CONFIG:
         dts = sorted({(str(r.get("train_dtype")).replace("torch.", ""), str(r.get("infer_dtype")).replace("torch.", ""))
                       for r in non_exact if r["status"] == BoundaryStatus.DTYPE_DIFF})
         an.verdict, an.consistency = Verdict.NONZERO, Consistency.PRECISION_CONFIG
@@ -51,7 +51,7 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
         an.verdict, an.consistency = Verdict.NONZERO, Consistency.LOGIC_LEVEL
         an.verdict_reason = f"{len(logic)} logic-level independent difference point(s): " + \
             ", ".join(f"{p['boundary']} (round {p['round']})" for p in logic)
-        if last.get("outcome") == "stub_needed" or (an.stub_instruction or {}).get("needed"):
+        if last.get("outcome") == RoundOutcome.STUB_NEEDED or (an.stub_instruction or {}).get("needed"):
             an.verdict_reason += "; enumeration not finished: apply stub_instruction.json and analyse the next round"
     elif [r for r in non_exact if r.get("evidence_kind") == "md5"]:
         md = [r for r in non_exact if r.get("evidence_kind") == "md5"]
