@@ -92,3 +92,36 @@ def test_grade_looks_are_the_seed():
 @pytest.mark.parametrize("grade", [g.value for g in Grade])
 def test_each_grade_is_a_seed_row(grade):
     assert grade in grade_looks()
+
+
+def test_phases_are_the_seed_phases():
+    """Every phase and pass of ``seeds/phase_rules.csv`` is a member (and the run-facts side lists use them)."""
+    import csv
+
+    from tilake.ingest.run_facts import PHASES
+    from tilake.vocab import Pass, Phase
+
+    with (ROOT / "dbt_project" / "seeds" / "phase_rules.csv").open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["phase"] for r in rows} <= {p.value for p in Phase}
+    assert {r["pass"] for r in rows if r["pass"]} <= {p.value for p in Pass}
+    assert set(PHASES["train"]) | set(PHASES["infer"]) == {p.value for p in Phase} - {"all"}
+
+
+def test_labels_file_is_complete():
+    """The one labels file: every entry has zh and en text, every label key the code asks for exists, and the
+    palette covers exactly the seed's grades."""
+    import re
+
+    from tilake.reports import labels as L
+
+    data = L._labels()
+    assert list(L.grade_palette()) == list(grade_looks())
+    for key, e in data["labels"].items():
+        assert set(e) == {"zh", "en"} and all(isinstance(v, str) and v for v in e.values()), key
+    used = set()
+    for p, _rel in package_files():
+        used |= set(re.findall(r"""(?:label|both|words)\(\s*f?["']([a-z_.]+)["']""", p.read_text(encoding="utf-8")))
+    for t in (ROOT / "reports" / "templates").glob("*.j2"):
+        used |= set(re.findall(r"""words\(\s*'([a-z_.]+)'""", t.read_text(encoding="utf-8")))
+    assert used and all(k in data["labels"] or k.endswith(".") for k in used), sorted(used - set(data["labels"]))
