@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-NOT_COMPARED = ("evidence_missing", "MISSING")
+from tilake.vocab import NOT_COMPARED, BoundaryStatus
 
 
 def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[str] = ()) -> None:
@@ -41,18 +41,18 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
     inp = []
     for n in row.get("inputs") or []:
         if n in isolated:
-            inp.append((n, "ISOLATED"))
+            inp.append((n, BoundaryStatus.ISOLATED))
         else:
             r = by_name.get(n) or {}
             st_n = r.get("status", "unknown")
             # upstream of every stub: the status the latest round that compared it gave (rounds.py)
-            inp.append((n, r.get("earlier_status") or st_n if st_n == "not_compared" else st_n))
+            inp.append((n, r.get("earlier_status") or st_n if st_n == BoundaryStatus.NOT_COMPARED else st_n))
     row["input_statuses"] = {n: s for n, s in inp}
-    row["inputs_equal"] = all(s in ("EXACT", "ISOLATED") for _n, s in inp)
-    if st == "EXACT" or st in NOT_COMPARED or st == "SHAPE_DIFF":
+    row["inputs_equal"] = all(s in (BoundaryStatus.EXACT, BoundaryStatus.ISOLATED) for _n, s in inp)
+    if st == BoundaryStatus.EXACT or st in NOT_COMPARED or st == BoundaryStatus.SHAPE_DIFF:
         row["class"] = None
         return
-    if st == "NOT_EXACT" and row.get("evidence_kind") == "md5":
+    if st == BoundaryStatus.NOT_EXACT and row.get("evidence_kind") == "md5":
         row["class"], row["systematic_bias"], row["bias"] = None, False, None
         row["class_evidence"] = ["md5 differs: NOT_EXACT; ULP and class unknown without the tensor"]
         return
@@ -60,13 +60,13 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
     thr = float(cfg.get("rounding_max_tensor_ulp", 4))
     tu = row.get("tensor_ulp")
     cls = "rounding-level"
-    if st == "NONFINITE":
+    if st == BoundaryStatus.NONFINITE:
         cls = "logic-level"
         ev.append("non-finite values on one side only")
-    elif st == "DTYPE_DIFF" and (row.get("downcast") or {}).get("exact"):
+    elif st == BoundaryStatus.DTYPE_DIFF and (row.get("downcast") or {}).get("exact"):
         row["precision_downgrade"] = True
         ev.append(row["downcast"]["text"] + ": rounding to the narrower dtype, not a logic fault")
-    elif st == "DTYPE_DIFF" and (row.get("downcast") or {}).get("tensor_ulp") is not None \
+    elif st == BoundaryStatus.DTYPE_DIFF and (row.get("downcast") or {}).get("tensor_ulp") is not None \
             and row["downcast"]["tensor_ulp"] <= thr and not row["inputs_equal"]:
         # both sides computed in different precisions (e.g. fp16 rollout, bf16 trainer): compared in the lower
         # one, a difference within the cast bound is what the precision change explains
@@ -74,7 +74,7 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
         ev.append(row["downcast"]["text"] + f"; {row['downcast']['tensor_ulp']:.3g} ULP of "
                   f"{row['downcast']['to'].replace('torch.', '')} at tensor scale, within the bound {thr:g} after "
                   "differing-dtype inputs: the precision difference explains it")
-    elif st == "DTYPE_DIFF":
+    elif st == BoundaryStatus.DTYPE_DIFF:
         cls = "logic-level"
         ev.append("dtypes differ at a boundary that must agree")
         if row.get("downcast"):
@@ -177,7 +177,7 @@ def first_divergence(rows: List[dict]) -> dict:
     candidate = None
     for r in sorted(rows, key=lambda x: x["position"]):
         st = r["status"]
-        if st == "EXACT":
+        if st == BoundaryStatus.EXACT:
             continue
         if st in NOT_COMPARED:
             if r.get("stats_differ") and candidate is None and \
@@ -223,7 +223,7 @@ def amplification_chain(rows: List[dict], start: Optional[str]) -> List[dict]:
     base = first.get("max_abs_diff") or 0.0
     out = []
     for r in rs:
-        if r["position"] < first["position"] or r["status"] in NOT_COMPARED or r["status"] == "SHAPE_DIFF":
+        if r["position"] < first["position"] or r["status"] in NOT_COMPARED or r["status"] == BoundaryStatus.SHAPE_DIFF:
             continue
         m = r.get("max_abs_diff")
         out.append({"boundary": r["boundary"], "position": r["position"], "status": r["status"],
@@ -245,7 +245,7 @@ def find_points(rows: List[dict], cfg: dict, round_no: int, isolated: Sequence[s
     thr = float(cfg.get("rounding_max_tensor_ulp", 4))
     jf = float(cfg.get("jump_factor", 8))
     for r in sorted(rows, key=lambda x: x["position"]):
-        if r["status"] in ("EXACT",) + NOT_COMPARED or r["status"] == "SHAPE_DIFF":
+        if r["status"] in (BoundaryStatus.EXACT,) + NOT_COMPARED or r["status"] == BoundaryStatus.SHAPE_DIFF:
             continue
         if r.get("inputs_equal"):
             pts.append({"round": round_no, "boundary": r["boundary"], "position": r["position"],

@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from tilake.diagnosis.numerics import CHUNK, FLOAT_FORMATS, compare
+from tilake.vocab import BoundaryStatus
 
 CONSTANT_REL = 1e-3   # rows within this fraction of max|x| of row 0 count as identical
 CONSTANT_MIN_ROWS = 4
@@ -42,7 +43,7 @@ def downcast_check(ref: torch.Tensor, other: torch.Tensor, ref_side: str, other_
         wide, narrow, to = other.to(ref.dtype), ref, ref.dtype
         wide_side, narrow_side = other_side, ref_side
         r = compare(narrow, wide, bound=bound)
-    exact = r["status"] == "EXACT"
+    exact = r["status"] == BoundaryStatus.EXACT
     src_dtype = (ref.dtype if wide_side == ref_side else other.dtype)
     text = (f"precision downgrade: the {narrow_side} side is exactly the downcast {wide_side} tensor "
             f"({str(src_dtype).replace('torch.', '')} → {str(to).replace('torch.', '')})" if exact else

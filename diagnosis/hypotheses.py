@@ -9,6 +9,7 @@ from tilake.diagnosis.divergence import NOT_COMPARED
 from tilake.diagnosis.pair import Pair
 from tilake.ingest.msprobe.reader import DumpSide
 from tilake.models.boundary_maps import SIDES
+from tilake.vocab import BoundaryStatus, HypothesisStatus
 
 
 def _scalar_kwargs(dump: DumpSide, entry: str) -> Dict[str, Any]:
@@ -30,17 +31,19 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
     out = []
     # weights: confirmed only by values (same dtype: bitwise; across dtypes: after the cast to the lower
     # precision); shapes, storage dtypes and shard layouts read "not comparable"
-    cmp = [w for w in weights if w["status"] not in NOT_COMPARED + ("SHAPE_DIFF",) and not _storage_only(w)]
-    bad = [w for w in cmp if w["status"] != "EXACT" and not _equal_after_cast(w)
+    cmp = [w for w in weights
+           if w["status"] not in NOT_COMPARED + (BoundaryStatus.SHAPE_DIFF,) and not _storage_only(w)]
+    bad = [w for w in cmp if w["status"] != BoundaryStatus.EXACT and not _equal_after_cast(w)
            and not (w.get("quantisation") or {}).get("within")]
-    quant_eq = [w for w in cmp if w["status"] == "NOT_EXACT" and (w.get("quantisation") or {}).get("within")]
-    cast_eq = [w for w in cmp if w["status"] == "DTYPE_DIFF" and _equal_after_cast(w)]
+    quant_eq = [w for w in cmp
+                if w["status"] == BoundaryStatus.NOT_EXACT and (w.get("quantisation") or {}).get("within")]
+    cast_eq = [w for w in cmp if w["status"] == BoundaryStatus.DTYPE_DIFF and _equal_after_cast(w)]
     miss = [w for w in weights if w not in cmp]
     if not cmp:
-        out.append({"hypothesis": "weights not in sync", "status": "evidence_missing",
+        out.append({"hypothesis": "weights not in sync", "status": HypothesisStatus.EVIDENCE_MISSING,
                     "evidence": ["no weight boundary could be compared by value"] + [_not_comparable(w) for w in miss[:3]]})
     elif bad:
-        out.append({"hypothesis": "weights not in sync", "status": "confirmed",
+        out.append({"hypothesis": "weights not in sync", "status": HypothesisStatus.CONFIRMED,
                     "evidence": [f"{w['boundary']}: {w['status']}, {w.get('mismatch_count')} elements differ "
                                  f"({w.get('rows_differing')} of {w.get('rows_total')} rows), pattern {w.get('pattern')}"
                                  + (f"; {w['downcast']['text']}" if w.get("downcast") else "")
@@ -57,66 +60,69 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
                       f"the quantisation bound (half a step; e.g. {quant_eq[0]['boundary']}: max |diff| "
                       f"{quant_eq[0]['quantisation']['max_abs_diff']:.3g} <= {quant_eq[0]['quantisation']['bound']:.3g})")
         ev += [_not_comparable(w) for w in miss]
-        out.append({"hypothesis": "weights not in sync", "status": "excluded", "evidence": ev})
+        out.append({"hypothesis": "weights not in sync", "status": HypothesisStatus.EXCLUDED, "evidence": ev})
     # inputs / padding: never against the token-id check
     emb = next((r for r in rows if r["boundary"] == (pair.bmap.get("layer_input") or {}).get("first")), None)
     pad_notes = sorted({n for r in rows for n in r.get("notes", []) if "unpad" in n or "unified" in n})
     pad_notes = [c["text"] for c in getattr(pair, "canonical", []) if c.get("kind") in ("tokens", "chunks")] + pad_notes
     tid = token_ids or {}
     if tid.get("status") == "differ":
-        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": "confirmed",
+        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.CONFIRMED,
                     "evidence": [tid["text"]]})
-    elif emb and (emb["status"] == "EXACT" or (emb["status"] == "DTYPE_DIFF" and _equal_after_cast(emb))):
-        ev = [f"first boundary {emb['boundary']} is {'bitwise EXACT' if emb['status'] == 'EXACT' else 'equal after the cast to the lower precision'} "
+    elif emb and (emb["status"] == BoundaryStatus.EXACT
+                  or (emb["status"] == BoundaryStatus.DTYPE_DIFF and _equal_after_cast(emb))):
+        how = ("bitwise EXACT" if emb["status"] == BoundaryStatus.EXACT
+               else "equal after the cast to the lower precision")
+        ev = [f"first boundary {emb['boundary']} is {how} "
               "(same token ids reach both models)"]
         if tid.get("status") == "equal":
             ev.append(tid["text"])
         ev += pad_notes[:3] or ["no padding removal was needed (no padded tensors)"]
-        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": "excluded", "evidence": ev})
+        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.EXCLUDED, "evidence": ev})
     elif tid.get("status") == "equal":
-        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": "excluded",
+        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.EXCLUDED,
                     "evidence": [tid["text"] + " (after canonicalisation)"] + pad_notes[:3] +
                                 ([f"first boundary {emb['boundary']}: {emb['status']} — {emb.get('reason')} (the inputs are "
                                   "aligned: look at the embedding weight or kernel)"] if emb else [])})
-    elif emb and emb["status"] in ("NOT_EXACT", "NONFINITE"):
-        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": "confirmed",
+    elif emb and emb["status"] in (BoundaryStatus.NOT_EXACT, BoundaryStatus.NONFINITE):
+        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.CONFIRMED,
                     "evidence": [f"first boundary: {emb['status']} — {emb.get('reason')}", tid.get("text", "")]})
     else:
-        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": "evidence_missing",
+        out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.EVIDENCE_MISSING,
                     "evidence": [f"first boundary: {_not_comparable(emb) if emb else 'absent'}", tid.get("text", "")]})
     # configs: a config value that differs, never a shard shape
-    shape_bad = [w for w in weights if w["status"] == "SHAPE_DIFF"]
+    shape_bad = [w for w in weights if w["status"] == BoundaryStatus.SHAPE_DIFF]
     complete = not any(pair.stage_ends.values())
     if pair.layer_counts["train"] != pair.layer_counts["infer"] and complete and min(pair.layer_counts.values()) > 0:
-        out.append({"hypothesis": "model configs not equivalent", "status": "confirmed",
+        out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.CONFIRMED,
                     "evidence": [f"number of layers differs: train {pair.layer_counts['train']}, infer "
                                  f"{pair.layer_counts['infer']} (both sides run up to their final norm)"]})
     elif cmp and not shape_bad:
-        out.append({"hypothesis": "model configs not equivalent", "status": "excluded",
+        out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.EXCLUDED,
                     "evidence": [f"layer count {pair.layer_counts['train']} vs {pair.layer_counts['infer']}; "
                                  f"dims {pair.dims}; every compared weight has the same shape after slicing",
                                  "structural differences (fused vs separate projections, fused residual add) "
                                  "are mapped by the boundary map as mathematically equivalent"]})
     elif shape_bad:
-        out.append({"hypothesis": "model configs not equivalent", "status": "evidence_missing",
+        out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.EVIDENCE_MISSING,
                     "evidence": [_not_comparable(w) for w in shape_bad[:4]] +
                                 ["a shape difference is a representation (shards, fusion, padding), not a config value"]})
     else:
-        out.append({"hypothesis": "model configs not equivalent", "status": "evidence_missing",
+        out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.EVIDENCE_MISSING,
                     "evidence": ["no weight shapes to compare"]})
     # precision: the dtype a side computes in is a configuration value (fp16 rollout vs bf16 trainer)
     dt_rows = [r for r in rows if r.get("train_dtype") and r.get("infer_dtype") and r["train_dtype"] != r["infer_dtype"]]
     if dt_rows:
         pairs = sorted({(r["train_dtype"].replace("torch.", ""), r["infer_dtype"].replace("torch.", "")) for r in dt_rows})
         low = next((r["downcast"]["to"].replace("torch.", "") for r in dt_rows if r.get("downcast")), None)
-        out.append({"hypothesis": "precision configuration differs (compute dtype)", "status": "confirmed",
+        out.append({"hypothesis": "precision configuration differs (compute dtype)", "status": HypothesisStatus.CONFIRMED,
                     "evidence": [f"{len(dt_rows)} boundaries computed in different dtypes: "
                                  + ", ".join(f"train {a} vs infer {b}" for a, b in pairs)
                                  + " — a configuration difference (e.g. an fp16 rollout against a bf16 trainer)",
                                  f"values compared in {low or 'the lower precision'} (the lower precision); differences "
                                  "within the cast bound are rounding-level"]})
     elif [r for r in rows if r.get("train_dtype")]:
-        out.append({"hypothesis": "precision configuration differs (compute dtype)", "status": "excluded",
+        out.append({"hypothesis": "precision configuration differs (compute dtype)", "status": HypothesisStatus.EXCLUDED,
                     "evidence": ["every compared boundary has the same dtype on both sides"]})
     # parallel layout
     tp = {s: (task_card.get("parallel") or {}).get(s) for s in SIDES}
@@ -124,15 +130,15 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
              for s in SIDES}
     detected = [f"{s}: {'; '.join(canon[s]) if canon[s] else 'one rank folder ' + pair.dumps[s].dir.name}" for s in SIDES]
     if all(tp.values()) and "unknown" not in tp.values():
-        st = "excluded" if tp["train"] == tp["infer"] else "confirmed"
+        st = HypothesisStatus.EXCLUDED if tp["train"] == tp["infer"] else HypothesisStatus.CONFIRMED
         out.append({"hypothesis": "parallel layout differs", "status": st,
                     "evidence": [f"train {tp['train']} vs infer {tp['infer']} (task card)"] + detected})
     elif any(canon.values()) and fd.get("status") == "none":
-        out.append({"hypothesis": "parallel layout differs", "status": "excluded",
+        out.append({"hypothesis": "parallel layout differs", "status": HypothesisStatus.EXCLUDED,
                     "evidence": detected + ["the merged / joined tensors are bitwise equal at every boundary: the "
                                             "layout changes no value"]})
     else:
-        out.append({"hypothesis": "parallel layout differs", "status": "evidence_missing",
+        out.append({"hypothesis": "parallel layout differs", "status": HypothesisStatus.EVIDENCE_MISSING,
                     "evidence": ["TP/PP/EP of the sides not supplied (task card says unknown)"] + detected})
     # kernel fingerprint of the first divergence
     if fd.get("boundary"):
@@ -144,23 +150,23 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
         ev = [f"{s}: {', '.join(fp[s]) or 'no API entries dumped'}" for s in SIDES]
         quant = [c for c in getattr(pair, "canonical", []) if c.get("kind") == "quant"]
         if quant and r.get("op") == "matmul":
-            out.append({"hypothesis": "fused kernel / accumulation order", "status": "evidence_missing",
+            out.append({"hypothesis": "fused kernel / accumulation order", "status": HypothesisStatus.EVIDENCE_MISSING,
                         "evidence": ev + [f"the first divergence is a linear output of a side with quantised weights "
                                           f"({quant[0]['text'].split(':')[0]}): the quantisation error, not a kernel, "
                                           "is expected there (its error scale is not classified yet)"]})
-        elif r.get("status") == "DTYPE_DIFF":
-            out.append({"hypothesis": "fused kernel / accumulation order", "status": "evidence_missing",
+        elif r.get("status") == BoundaryStatus.DTYPE_DIFF:
+            out.append({"hypothesis": "fused kernel / accumulation order", "status": HypothesisStatus.EVIDENCE_MISSING,
                         "evidence": ev + ["the first divergence is a dtype difference: the precision change, not a "
                                           "kernel, is what the values show there"]})
         elif r.get("class") == "rounding-level":
-            out.append({"hypothesis": "fused kernel / accumulation order", "status": "confirmed",
+            out.append({"hypothesis": "fused kernel / accumulation order", "status": HypothesisStatus.CONFIRMED,
                         "evidence": ev + ["first divergence is rounding-level with bitwise-equal inputs: "
                                           "different kernels, expected floating-point difference"]})
         else:
-            out.append({"hypothesis": "fused kernel / accumulation order", "status": "excluded",
+            out.append({"hypothesis": "fused kernel / accumulation order", "status": HypothesisStatus.EXCLUDED,
                         "evidence": ev + [f"first divergence is {r.get('class')}: beyond kernel rounding"]})
     else:
-        out.append({"hypothesis": "fused kernel / accumulation order", "status": "evidence_missing",
+        out.append({"hypothesis": "fused kernel / accumulation order", "status": HypothesisStatus.EVIDENCE_MISSING,
                     "evidence": [fd.get("reason", "no first divergence")]})
     # randomness
     drops = []
@@ -172,26 +178,26 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
                 drops.append((s, e, kw.get("p"), kw.get("training")))
     active = [x for x in drops if x[2] not in (0, 0.0) and x[3] not in (False, None)]
     if active:
-        out.append({"hypothesis": "randomness (dropout, sampling)", "status": "confirmed",
+        out.append({"hypothesis": "randomness (dropout, sampling)", "status": HypothesisStatus.CONFIRMED,
                     "evidence": [f"{s}: {e} p={p} training={t}" for s, e, p, t in active[:5]]})
     else:
         ev = [f"{len(drops)} dropout calls, all p=0 or training=False"] if drops else ["no dropout API dumped"]
         if fd.get("status") in ("found", "none"):
             ev.append("single request, deterministic prefill, and every boundary before the first divergence is EXACT")
-            out.append({"hypothesis": "randomness (dropout, sampling)", "status": "excluded", "evidence": ev})
+            out.append({"hypothesis": "randomness (dropout, sampling)", "status": HypothesisStatus.EXCLUDED, "evidence": ev})
         else:
-            out.append({"hypothesis": "randomness (dropout, sampling)", "status": "evidence_missing", "evidence": ev})
+            out.append({"hypothesis": "randomness (dropout, sampling)", "status": HypothesisStatus.EVIDENCE_MISSING, "evidence": ev})
     return out
 
 
 def _storage_only(w: dict) -> bool:
     """A weight whose sides differ in storage only (an integer / quantised side against a float one)."""
     a, b = str(w.get("train_dtype") or ""), str(w.get("infer_dtype") or "")
-    return w["status"] == "DTYPE_DIFF" and (("int" in a) != ("int" in b)) and not w.get("downcast")
+    return w["status"] == BoundaryStatus.DTYPE_DIFF and (("int" in a) != ("int" in b)) and not w.get("downcast")
 
 
 def _equal_after_cast(w: dict) -> bool:
-    return w.get("status") == "DTYPE_DIFF" and bool((w.get("downcast") or {}).get("exact"))
+    return w.get("status") == BoundaryStatus.DTYPE_DIFF and bool((w.get("downcast") or {}).get("exact"))
 
 
 def _not_comparable(w: dict) -> str:
@@ -199,7 +205,7 @@ def _not_comparable(w: dict) -> str:
     reason = str(w.get("reason") or w.get("status"))
     if reason.startswith("not comparable"):
         return f"{w['boundary']}: {reason}"
-    if w.get("status") == "SHAPE_DIFF":
+    if w.get("status") == BoundaryStatus.SHAPE_DIFF:
         return f"{w['boundary']}: not comparable: {reason} — {shape_transform(w.get('train_shape'), w.get('infer_shape'))}"
     if _storage_only(w):
         return (f"{w['boundary']}: not comparable: {w.get('train_dtype')} vs {w.get('infer_dtype')} storage — dequantise "

@@ -42,6 +42,7 @@ import numpy as np
 
 from tilake.diagnosis.kernel_layers import (Kernel, LayerSplit, canonical_shapes, forward_windows,  # noqa: F401
                                             shape_class, split_layers)
+from tilake.vocab import AlignStatus
 
 MAX_SPAN = 8
 RELATIONS = ("same", "fused", "split", "different_impl", "only_train", "only_infer")
@@ -389,15 +390,17 @@ def align_step(train_kernels: Sequence[Kernel], infer_kernels: Sequence[Kernel])
     tr, inf = choose_forward("train", train_kernels), choose_forward("infer", infer_kernels)
     if tr is None or inf is None:
         miss = "train" if tr is None else "infer"
-        return StepAlignment(tr, inf, {}, {}, "evidence_missing", f"no forward pass found on the {miss} side")
+        return StepAlignment(tr, inf, {}, {}, AlignStatus.EVIDENCE_MISSING,
+                             f"no forward pass found on the {miss} side")
     if not tr.split.layers or not inf.split.layers:
         miss = "train" if not tr.split.layers else "infer"
         note = (tr if miss == "train" else inf).split.note
-        return StepAlignment(tr, inf, {}, {}, "evidence_missing", f"no layers found on the {miss} side ({note})")
+        return StepAlignment(tr, inf, {}, {}, AlignStatus.EVIDENCE_MISSING,
+                             f"no layers found on the {miss} side ({note})")
     nl = min(len(tr.split.layers), len(inf.split.layers))
-    status, reason = "ok", ""
+    status, reason = AlignStatus.OK, ""
     if len(tr.split.layers) != len(inf.split.layers):
-        status = "partial"
+        status = AlignStatus.PARTIAL
         reason = (f"{len(tr.split.layers)} train layers vs {len(inf.split.layers)} infer layers: "
                   f"layers 0–{nl - 1} aligned")
     pairs: Dict[int, List[Pair]] = {}

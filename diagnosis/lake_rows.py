@@ -24,6 +24,7 @@ from tilake.lake.store import Lake
 from tilake.diagnosis.analyze import Analysis, RoundInput, amplification_chain
 from tilake.diagnosis.numerics import tensor_stats, torch_threads
 from tilake.ingest.msprobe.reader import DumpSide
+from tilake.vocab import SKIPPED, BoundaryStatus, RoundOutcome
 
 
 def _j(v) -> Optional[str]:
@@ -151,7 +152,7 @@ def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInpu
             srows.append({"round": si.get("round"), "isolated_boundary": (si.get("isolate_boundary") or {}).get("name"),
                           "source_side": si.get("source_side"), "target_side": si.get("target_side"),
                           "available": si.get("available"), "instruction": _j(si), "verified": None,
-                          "outcome": "pending"})
+                          "outcome": RoundOutcome.PENDING})
         w.write_rows("stub_rounds", srows)
         w.write_rows("dump_runs", [{
             "map_name": an.map_name, "reference_side": an.reference_side,
@@ -164,7 +165,7 @@ def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInpu
 
 FACT_COLUMNS = ("first_divergence_status", "is_first_divergence", "growth_vs_first",
                 "downstream_differing", "downstream_max_abs_diff", "amplification")
-_SKIPPED = ("ISOLATED", "not_compared")
+_SKIPPED = SKIPPED
 
 
 def verdict_facts(an: Analysis) -> Dict[tuple, dict]:
@@ -194,7 +195,7 @@ def verdict_facts(an: Analysis) -> Dict[tuple, dict]:
         compared = [r for r in rows if r["status"] not in _SKIPPED]
         for p in rinfo.get("points") or []:
             chain = amplification_chain(compared, p["boundary"])
-            down = [c for c in chain if c["position"] > p["position"] and c["status"] != "EXACT"]
+            down = [c for c in chain if c["position"] > p["position"] and c["status"] != BoundaryStatus.EXACT]
             diffs = [c["max_abs_diff"] for c in down if c["max_abs_diff"] is not None]
             dmax = max(diffs) if diffs else None
             own = p.get("max_abs_diff")

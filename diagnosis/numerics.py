@@ -23,6 +23,7 @@ import torch
 
 from tilake.diagnosis import fused
 from tilake.diagnosis.localise import _flat, _Signed, _profile, cosine, diff_pattern, localise, pearson  # noqa: F401
+from tilake.vocab import BoundaryStatus
 
 CHUNK = 1 << 17  # elements per streamed chunk (128 Ki: 1 MiB as float64; cache-resident, measured faster than 1 Mi)
 DENSE_FRACTION = 0.5  # a chunk with at least this share of differing elements is measured whole (_dense_chunk)
@@ -374,13 +375,13 @@ def _compare_differing(a: torch.Tensor, b: torch.Tensor, ref: torch.Tensor, n: i
             cols += torch.bincount(idx % max(ncols, 1), minlength=cols.numel())[: cols.numel()]
     hist[4] += n - mism  # equal elements sit in the "0" bin
     if not same_dtype:
-        status = "DTYPE_DIFF"
+        status = BoundaryStatus.DTYPE_DIFF
     elif one_sided_nf:
-        status = "NONFINITE"
+        status = BoundaryStatus.NONFINITE
     elif mism == 0:
-        status = "EXACT"
+        status = BoundaryStatus.EXACT
     else:
-        status = "NOT_EXACT"
+        status = BoundaryStatus.NOT_EXACT
     rows_diff = int((rows > 0).sum())
     cols_diff = int((cols > 0).sum())
     unit = ulp_of(absmax, ref.dtype) if floaty else None
@@ -462,7 +463,7 @@ def _exact_result(a: torch.Tensor, ref: torch.Tensor, floaty: bool, absmax: Opti
     nrows = ref.shape[0] if ref.dim() >= 2 else 1
     ncols = ref.shape[-1] if ref.dim() >= 2 else max(n, 1)
     return {
-        "status": "EXACT", "equal": True, "numel": n, "mismatch_count": 0, "mismatch_fraction": 0.0,
+        "status": BoundaryStatus.EXACT, "equal": True, "numel": n, "mismatch_count": 0, "mismatch_fraction": 0.0,
         "max_abs_diff": 0.0, "ref_absmax": absmax, "tensor_ulp": 0.0,
         "max_elem_ulp": 0 if floaty else None, "max_elem_ulp_significant": 0 if floaty else None,
         **_Signed.empty(0.0 if floaty else None), "pos_count": 0, "neg_count": 0,

@@ -23,6 +23,7 @@ from tilake.files import atomic_write_text
 from tilake.diagnosis.analyze import Analysis
 from tilake.diagnosis.logprob import strict_json
 from tilake.ingest.msprobe.reader import DumpSide
+from tilake.vocab import EVIDENCE_MISSING, NOT_COMPARED, SKIPPED, BoundaryStatus, Verdict
 
 UNKNOWN = "unknown"
 CARD_FIELDS = ("model", "train_backend", "train_backend_version", "infer_backend", "infer_backend_version",
@@ -81,8 +82,8 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
     """The single source of facts for ``alignment_report.{md,html}`` (schema ``tilake.report_source/1``)."""
     r0 = an.rounds[0] if an.rounds else {}
     rows0 = [r for r in an.boundary_rows if r["round"] == 0]
-    diverging = [r for r in an.boundary_rows if r["status"] not in ("EXACT", "ISOLATED", "not_compared",
-                                                                   "evidence_missing", "MISSING", "SHAPE_DIFF")]
+    diverging = [r for r in an.boundary_rows
+                 if r["status"] not in (BoundaryStatus.EXACT, *SKIPPED, *NOT_COMPARED, BoundaryStatus.SHAPE_DIFF)]
     slim_keys = ("round", "boundary", "position", "op", "status", "reason", "train_shape", "infer_shape",
                  "train_dtype", "mismatch_count", "mismatch_fraction", "max_abs_diff", "tensor_ulp",
                  "max_elem_ulp_significant", "signed_mean_ulp", "pos_count", "neg_count", "ulp_hist",
@@ -94,9 +95,9 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
     rounding = [p for p in an.points if p.get("class") == "rounding-level"]
     logic = [p for p in an.points if p.get("class") == "logic-level"]
     missing = [{"round": r["round"], "boundary": r["boundary"], "status": r["status"], "reason": r.get("reason")}
-               for r in an.boundary_rows + an.weight_rows if r["status"] in ("evidence_missing", "MISSING")]
+               for r in an.boundary_rows + an.weight_rows if r["status"] in NOT_COMPARED]
     limitations = []
-    if an.logprob.get("status") == "evidence_missing":
+    if an.logprob.get("status") == Verdict.EVIDENCE_MISSING:
         limitations.append("prefill log-prob diff: evidence_missing — " + an.logprob["reason"])
     if (an.stub_instruction or {}).get("needed"):
         limitations.append("independent points were not all isolated: the next stub round is pending "
@@ -119,8 +120,8 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                                           "weight_sync": next((h["status"] for h in an.hypotheses
                                                                if h["hypothesis"] == "weights not in sync"), UNKNOWN)}},
         "summary": {"boundaries": len(rows0), "counts_round0": r0.get("counts", {}),
-                    "weights_compared": sum(1 for w in an.weight_rows if w["status"] not in ("evidence_missing", "MISSING")),
-                    "weights_exact": sum(1 for w in an.weight_rows if w["status"] == "EXACT"),
+                    "weights_compared": sum(1 for w in an.weight_rows if w["status"] not in NOT_COMPARED),
+                    "weights_exact": sum(1 for w in an.weight_rows if w["status"] == BoundaryStatus.EXACT),
                     "rounds": len(an.rounds)},
         "token_ids": an.token_ids,
         "canonical": an.canonical,
@@ -131,7 +132,7 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
         "logic_level_points": [p["boundary"] for p in logic],
         "rounding_level_points": [p["boundary"] for p in rounding],
         "suspects": [s for r in an.rounds for s in r.get("suspects", [])],
-        "evidence_missing": missing,
+        EVIDENCE_MISSING: missing,
         "hypotheses": an.hypotheses,
         "rounds": [{k: v for k, v in r.items() if k not in ("amplification_chain",)} for r in an.rounds],
         "stub_instruction": an.stub_instruction,

@@ -22,6 +22,7 @@ from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import MODULE_RE
 from tilake.models.boundary_maps import SIDES, Boundary, expand
+from tilake.vocab import BoundaryStatus
 
 
 class Pair:
@@ -181,7 +182,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
             if b.layer is None and b.position > 0 and pair.stage_ends[s]:
                 reason = (f"not in this {s} dump: it ends at layer {pair.layer_counts[s] - 1} (a pipeline stage "
                           f"before the last: no final norm or output layer), not missing from the model — {reason}")
-            row.update(status="evidence_missing", reason=reason)
+            row.update(status=BoundaryStatus.EVIDENCE_MISSING, reason=reason)
             return row
     for s in SIDES:
         row[f"{s}_source"] = res[s].description
@@ -207,13 +208,13 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
             if ctx[s].get("_scans"):
                 row["layout_scan"] = ctx[s]["_scans"]
     except TilakeError as exc:
-        row.update(status="MISSING", reason=str(exc))
+        row.update(status=BoundaryStatus.MISSING, reason=str(exc))
         return row
     except S.Unavailable as exc:
         row.update(status=exc.status, reason=exc.reason)
         return row
     except Exception as exc:  # noqa: BLE001 - a tensor kind no transform expects: never a traceback
-        row.update(status="evidence_missing", reason=f"not comparable: {type(exc).__name__}: {str(exc)[:200]}")
+        row.update(status=BoundaryStatus.EVIDENCE_MISSING, reason=f"not comparable: {type(exc).__name__}: {str(exc)[:200]}")
         return row
     _select_request(tens, pair.pairing, row["notes"])
     a, o = tens[pair.ref], tens[pair.other]
@@ -223,7 +224,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
     a, o = _unify(a, o, row["notes"])
     if tuple(a.shape) != tuple(o.shape):
         if _padded_vs_packed(a, o):
-            row.update(status="evidence_missing",
+            row.update(status=BoundaryStatus.EVIDENCE_MISSING,
                        reason=f"padded vs packed tensors ({list(tens['train'].shape)} vs "
                               f"{list(tens['infer'].shape)}) and no attention mask or cu_seqlens to "
                               "remove the padding: refusing to compare padded tensors")
@@ -233,7 +234,7 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
             if ti.dim() >= 1 and tt.dim() >= 1 and ti.shape[1:] == tt.shape[1:] and ti.shape[0] > tt.shape[0]:
                 hint = (f"; the infer side holds {ti.shape[0]} token rows, the train side {tt.shape[0]}: pass "
                         f"--request-tokens 0:{tt.shape[0]} (the request's rows in the inference batch)")
-            row.update(status="SHAPE_DIFF",
+            row.update(status=BoundaryStatus.SHAPE_DIFF,
                        reason=f"not comparable: shape {list(tt.shape)} (train) vs {list(ti.shape)} (infer) "
                               "after canonicalisation and the map's transforms" + hint + " — "
                               + C.shape_transform(list(tt.shape), list(ti.shape)))
@@ -241,19 +242,19 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
     bound = float((pair.bmap.get("classification") or {}).get("rounding_max_tensor_ulp", 4))
     try:
         r = compare(a, o, bound=bound)
-        if r["status"] == "DTYPE_DIFF":
+        if r["status"] == BoundaryStatus.DTYPE_DIFF:
             row["downcast"] = downcast_check(a, o, pair.ref, pair.other, bound)
-        if r["status"] != "EXACT":
+        if r["status"] != BoundaryStatus.EXACT:
             row["constant_rows"] = constant_rows({pair.ref: a, pair.other: o})
     except Exception as exc:  # a tensor kind we cannot compare: never crash the whole analysis
-        row.update(status="evidence_missing", reason=f"comparison failed: {type(exc).__name__}: {exc}")
+        row.update(status=BoundaryStatus.EVIDENCE_MISSING, reason=f"comparison failed: {type(exc).__name__}: {exc}")
         return row
     row.update(r)
-    if r["status"] == "DTYPE_DIFF":
+    if r["status"] == BoundaryStatus.DTYPE_DIFF:
         row["reason"] = f"dtype {tens['train'].dtype} (train) vs {tens['infer'].dtype} (infer)"
         if row.get("downcast"):
             row["reason"] += "; " + row["downcast"]["text"]
-    elif r["status"] == "NONFINITE":
+    elif r["status"] == BoundaryStatus.NONFINITE:
         row["reason"] = f"{r['nonfinite_one_sided']} non-finite values on one side only"
     else:
         row["reason"] = None
@@ -270,7 +271,7 @@ def compare_weights(pair: Pair) -> List[dict]:
         for s in SIDES:   # a dequantised side: the difference is judged against the quantisation step
             entry = (r.get(f"{s}_source") or "").split(" ")[0]
             qb = quant_bound(pair.dumps[s], entry) if entry else None
-            if qb is not None and r["status"] in ("NOT_EXACT", "EXACT"):
+            if qb is not None and r["status"] in (BoundaryStatus.NOT_EXACT, BoundaryStatus.EXACT):
                 mad = float(r.get("max_abs_diff") or 0.0)
                 # half a step plus the bf16/fp16 rounding of the dequantised value
                 lim = qb * (1 + 2 ** -7) + float(r.get("ref_absmax") or 0) * 2 ** -8

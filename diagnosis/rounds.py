@@ -17,6 +17,7 @@ from tilake.diagnosis.suggest import suggest_fixes
 from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
 from tilake.diagnosis.verdict import verdict
 from tilake.models.boundary_maps import SIDES
+from tilake.vocab import EVIDENCE_MISSING, SKIPPED, BoundaryStatus, RoundOutcome, Verdict
 
 
 _FROZEN = [0]
@@ -88,7 +89,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
             rinfo["stub_verification"] = ver
             rinfo["isolated"] = list(isolated)
             if not ver["effective"]:
-                rinfo["outcome"] = "stub_not_effective"
+                rinfo["outcome"] = RoundOutcome.STUB_NOT_EFFECTIVE
                 stop_reason = (f"round {k}: the stub did not take effect (isolated input not bitwise equal); "
                                "downstream boundaries were not compared")
                 an.rounds.append(rinfo)
@@ -106,7 +107,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
             if b.position <= start_pos:
                 rows.append({"round": k, "boundary": b.name, "position": b.position, "layer": b.layer,
                              "op": b.op, "inputs": b.inputs, "notes": [],
-                             "status": "ISOLATED" if b.name in isolated else "not_compared",
+                             "status": BoundaryStatus.ISOLATED if b.name in isolated else BoundaryStatus.NOT_COMPARED,
                              "earlier_status": earlier.get(b.name),
                              "reason": "isolated by a stub in an earlier round" if b.name in isolated
                              else "compared in an earlier round (upstream of the stub)"})
@@ -116,12 +117,12 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
             an.token_ids = compare_token_ids(pair)
         feed_embedding(rows, by, an.token_ids)
         for r in rows:
-            if r["status"] in ("ISOLATED", "not_compared"):
+            if r["status"] in SKIPPED:
                 continue
             classify(r, by, cfg, isolated)
             for sc in r.get("layout_scan") or []:
                 an.layout_scans.append({"round": k, "boundary": r["boundary"], **sc})
-        cmp_rows = [r for r in rows if r["status"] not in ("ISOLATED", "not_compared")]
+        cmp_rows = [r for r in rows if r["status"] not in SKIPPED]
         earlier.update((r["boundary"], r["status"]) for r in cmp_rows)
         fd = first_divergence(cmp_rows)
         chain = amplification_chain(cmp_rows, fd.get("boundary"))
@@ -131,7 +132,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
             sus = []
         pt_names, sus_names = {p["boundary"] for p in pts}, {x["boundary"] for x in sus}
         for r in cmp_rows:
-            if r["status"] in ("EXACT",) + NOT_COMPARED or r["status"] == "SHAPE_DIFF":
+            if r["status"] in (BoundaryStatus.EXACT,) + NOT_COMPARED or r["status"] == BoundaryStatus.SHAPE_DIFF:
                 r["role"] = None
             else:
                 r["role"] = ("independent_point" if r["boundary"] in pt_names else
@@ -155,25 +156,25 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         need = bool(fd.get("boundary")) and (bool(logic) or bool(sus) or bool(unexplained)) and not fed_apart
         # every difference is the precision change (compute dtypes differ, each within the cast bound):
         # a stub cannot isolate it (the stubbed tensor has the other dtype), the configuration is the finding
-        diff_rows = [r for r in cmp_rows if r["status"] not in ("EXACT",) + NOT_COMPARED]
+        diff_rows = [r for r in cmp_rows if r["status"] not in (BoundaryStatus.EXACT,) + NOT_COMPARED]
         precision = bool(diff_rows) and all(r.get("precision_config") or r.get("precision_downgrade")
                                             for r in diff_rows) and not fed_apart
         if precision:
             need = False
         if fed_apart:
-            rinfo["outcome"] = "token_ids_differ"
+            rinfo["outcome"] = RoundOutcome.TOKEN_IDS_DIFFER
         elif precision:
-            rinfo["outcome"] = "precision_config"
+            rinfo["outcome"] = RoundOutcome.PRECISION_CONFIG
         elif fd["status"] == "none":
-            rinfo["outcome"] = "downstream_all_exact" if k else "all_exact"
+            rinfo["outcome"] = RoundOutcome.DOWNSTREAM_ALL_EXACT if k else RoundOutcome.ALL_EXACT
         elif fd["status"] == "undetermined":
-            rinfo["outcome"] = "evidence_missing"
+            rinfo["outcome"] = RoundOutcome.EVIDENCE_MISSING
         elif need:
-            rinfo["outcome"] = "stub_needed"
+            rinfo["outcome"] = RoundOutcome.STUB_NEEDED
         else:
-            rinfo["outcome"] = "only_rounding_level"
+            rinfo["outcome"] = RoundOutcome.ONLY_ROUNDING_LEVEL
         if missing:
-            rinfo["evidence_missing"] = [r["boundary"] for r in missing]
+            rinfo[EVIDENCE_MISSING] = [r["boundary"] for r in missing]
         an.rounds.append(rinfo)
         if need:
             instr = stub_instruction(pair, cmp_rows, pts[0] if pts else {"boundary": fd["boundary"]}, k, instr)
@@ -188,13 +189,13 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
     an.points = all_pts
     an.stub_instruction = instr if instr is not None else {
         "needed": False, "round": len(an.rounds),
-        "reason": an.rounds[-1].get("outcome") if an.rounds else "not_run"}
+        "reason": an.rounds[-1].get("outcome") if an.rounds else Verdict.NOT_RUN}
     if stop_reason:
         an.notes.append(stop_reason)
     if pair0 is not None:   # .pt files whose dtype is not dump.json's: said, never silent
         an.notes.extend(n for n in (pair0.dumps[s].dtype_note() for s in SIDES) if n)
     verdict(an, logprob)
-    if pair0 is not None and not any(r["status"] not in NOT_COMPARED + ("ISOLATED", "not_compared")
+    if pair0 is not None and not any(r["status"] not in NOT_COMPARED + SKIPPED
                                      for r in an.boundary_rows):
         an.suggestions = suggest_fixes(bmap, pair0.dumps)
         if an.suggestions:

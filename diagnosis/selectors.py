@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from tilake.ingest.msprobe.reader import MODULE_RE, DumpSide, Slot
+from tilake.vocab import BoundaryStatus
 
 
 class Unavailable(Exception):
     """A boundary cannot be produced on a side (reason = evidence_missing / MISSING text)."""
 
-    def __init__(self, reason: str, status: str = "evidence_missing") -> None:
+    def __init__(self, reason: str, status: str = BoundaryStatus.EVIDENCE_MISSING) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status

@@ -13,16 +13,17 @@ from tilake.diagnosis import selectors as S
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import DumpSide
 from tilake.models.boundary_maps import SIDES, expand, list_maps, load_map
+from tilake.vocab import NOT_COMPARED, SKIPPED, BoundaryStatus, ExitCode
 
 # exit status of ``tilake dumps analyze`` when no boundary could be compared (outputs are written)
-EXIT_NOTHING_COMPARED = 3
+EXIT_NOTHING_COMPARED = ExitCode.EVIDENCE_MISSING
 
 
 def exit_status(an) -> int:
     """Exit status of ``tilake dumps analyze`` for an :class:`~tilake.diagnosis.result.Analysis`:
     :data:`EXIT_NOTHING_COMPARED` when no boundary could be compared, else 0 (a finding is not an error)."""
-    compared = [r for r in an.boundary_rows if r["status"] not in ("evidence_missing", "MISSING", "ISOLATED", "not_compared")]
-    return EXIT_NOTHING_COMPARED if an.boundary_rows and not compared else 0
+    compared = [r for r in an.boundary_rows if r["status"] not in NOT_COMPARED + SKIPPED]
+    return EXIT_NOTHING_COMPARED if an.boundary_rows and not compared else ExitCode.DONE
 
 
 def resolvable(bmap: dict, dumps: Dict[str, DumpSide]) -> int:

@@ -17,6 +17,7 @@ import math
 from typing import Any, Callable, Dict, Optional
 
 from tilake.models.boundary_maps import SIDES
+from tilake.vocab import BoundaryStatus
 
 BYTE_ORDER_KEEPING = {"squeeze", "unsqueeze", "flatten_from", "reshape"}
 STATS = ("Max", "Min", "Mean", "Norm")
@@ -41,7 +42,7 @@ def summary_gate(res: Dict[str, Any], has_pt: Callable[[str, Any], bool]) -> Opt
     one = all(len(res[s].slots) == 1 and res[s].combine is None for s in SIDES)
     kinds = {next(iter(t)) if isinstance(t, dict) else str(t) for s in SIDES for t in res[s].transforms}
     if not one or not kinds <= BYTE_ORDER_KEEPING:
-        return {"status": "evidence_missing", "evidence_kind": None, "stats_differ": False,
+        return {"status": BoundaryStatus.EVIDENCE_MISSING, "evidence_kind": None, "stats_differ": False,
                 "reason": "no tensor in the dump (statistics/md5 mode) and the map's selector needs one "
                           f"({', '.join(sorted(kinds - BYTE_ORDER_KEEPING)) or 'several slots'}): collect tensor mode"}
     sl = {s: res[s].slots[0] for s in SIDES}
@@ -50,29 +51,29 @@ def summary_gate(res: Dict[str, Any], has_pt: Callable[[str, Any], bool]) -> Opt
         out[f"{s}_dtype"] = sl[s].declared_dtype
         out[f"{s}_shape"] = sl[s].declared_shape
     if sl["train"].declared_dtype != sl["infer"].declared_dtype:
-        return {**out, "status": "DTYPE_DIFF", "evidence_kind": "summary",
+        return {**out, "status": BoundaryStatus.DTYPE_DIFF, "evidence_kind": "summary",
                 "reason": f"dtype {sl['train'].declared_dtype} (train) vs {sl['infer'].declared_dtype} (infer), from dump.json"}
     if _numel(sl["train"].declared_shape) != _numel(sl["infer"].declared_shape):
-        return {**out, "status": "SHAPE_DIFF", "evidence_kind": "summary",
+        return {**out, "status": BoundaryStatus.SHAPE_DIFF, "evidence_kind": "summary",
                 "reason": f"shape {sl['train'].declared_shape} (train) vs {sl['infer'].declared_shape} (infer), from dump.json"}
     st = {s: sl[s].declared_stats or {} for s in SIDES}
     md5 = {s: st[s].get("md5") for s in SIDES}
     if all(md5.values()):
         same = md5["train"] == md5["infer"]
-        return {**out, "evidence_kind": "md5", "status": "EXACT" if same else "NOT_EXACT",
+        return {**out, "evidence_kind": "md5", "status": BoundaryStatus.EXACT if same else BoundaryStatus.NOT_EXACT,
                 "equal": same, "mismatch_count": 0 if same else None, "max_abs_diff": 0.0 if same else None,
                 "tensor_ulp": 0.0 if same else None,
                 "reason": None if same else f"md5 {md5['train']} (train) vs {md5['infer']} (infer): NOT_EXACT, "
                                             "ULP unknown (no tensor in the dump; collect tensor mode to measure it)"}
     vals = {s: [st[s].get(k) for k in STATS] for s in SIDES}
     if any(v is None for s in SIDES for v in vals[s]):
-        return {**out, "status": "evidence_missing", "evidence_kind": None,
+        return {**out, "status": BoundaryStatus.EVIDENCE_MISSING, "evidence_kind": None,
                 "reason": "no tensor and no statistics/md5 for this boundary in dump.json"}
     diff = [f"{k} {a:.6g} vs {b:.6g}" for k, a, b in zip(STATS, vals["train"], vals["infer"]) if a != b]
     if diff:
-        return {**out, "status": "evidence_missing", "evidence_kind": "statistics", "stats_differ": True,
+        return {**out, "status": BoundaryStatus.EVIDENCE_MISSING, "evidence_kind": "statistics", "stats_differ": True,
                 "reason": "candidate: statistics differ (" + ", ".join(diff) + "); statistics cannot prove "
                           "EXACT or NOT_EXACT — collect tensor mode for this boundary (msprobe list/scope)"}
-    return {**out, "status": "evidence_missing", "evidence_kind": "statistics",
+    return {**out, "status": BoundaryStatus.EVIDENCE_MISSING, "evidence_kind": "statistics",
             "reason": "statistics equal (Max/Min/Mean/Norm) — statistics cannot prove EXACT; collect tensor "
                       "or md5 mode"}

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 from tilake.diagnosis import selectors as S
 from tilake.errors import TilakeError
 from tilake.models.boundary_maps import SIDES
+from tilake.vocab import BoundaryStatus
 
 PSEUDO = "token_ids"  # the pseudo-boundary feeding the embedding in classification
 
@@ -84,7 +85,7 @@ def compare_token_ids(pair) -> Dict[str, Any]:
 
 
 def _missing(reason: str) -> Dict[str, Any]:
-    return {"status": "evidence_missing", "positions": None, "differing": None, "first_differing": [],
+    return {"status": BoundaryStatus.EVIDENCE_MISSING, "positions": None, "differing": None, "first_differing": [],
             "shift": None, "text": f"token ids not compared: {reason}"}
 
 
@@ -92,7 +93,7 @@ def feed_embedding(rows: List[dict], by: Dict[str, dict], tid: Dict[str, Any]) -
     """When the token ids differ, make them the (non-EXACT) input of the embedding rows (in place)."""
     if tid.get("status") != "differ":
         return
-    by[PSEUDO] = {"boundary": PSEUDO, "status": "NOT_EXACT"}
+    by[PSEUDO] = {"boundary": PSEUDO, "status": BoundaryStatus.NOT_EXACT}
     for r in rows:
         if r.get("op") == "embedding" and not r.get("inputs"):
             r["inputs"] = [PSEUDO]

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from tilake.errors import TilakeError
+from tilake.vocab import INFER_PHASES, TRAIN_PHASES, Phase
 
 #: phases a kernel can be given (seeds/phase_rules.csv), per side
-PHASES: Dict[str, tuple] = {"train": ("actor_log_prob", "ref_log_prob", "update_actor"),
-                            "infer": ("prefill", "decode", "mixed")}
+PHASES: Dict[str, tuple] = {"train": TRAIN_PHASES, "infer": INFER_PHASES}
 #: the comparison when --phases is not given: the pair whose numbers become the log-prob mismatch
 DEFAULT_PHASES = "train:actor_log_prob,infer:prefill"
 
@@ -78,8 +78,8 @@ def parse_phases(spec: Optional[str]) -> Optional[str]:
     if spec is None or spec.strip() in ("", "default"):
         return None
     s = spec.strip()
-    if s == "all":
-        return "all"
+    if s == Phase.ALL:
+        return Phase.ALL
     items = []
     for item in (x.strip() for x in s.split(",") if x.strip()):
         side, _, phase = item.partition(":")

@@ -20,6 +20,7 @@ from tilake.diagnosis.kernel_align import Kernel, StepAlignment, align_step
 from tilake.lake.duck import connect
 from tilake.lake.schema import ALIGN_TABLES
 from tilake.lake.store import Lake
+from tilake.vocab import AlignStatus
 
 # the lowest rank of each side, its kernels in launch order with their catalog columns and host-op stack
 KERNELS_SQL = """
@@ -80,7 +81,7 @@ def alignment_rows(run_id: str, al: StepAlignment, ranks: Dict[str, int],
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     status, reason = al.status, al.reason
     if problems:
-        status, reason = "evidence_missing", "; ".join(f"{s}: {p}" for s, p in sorted(problems.items()))
+        status, reason = AlignStatus.EVIDENCE_MISSING, "; ".join(f"{s}: {p}" for s, p in sorted(problems.items()))
     layers: List[Dict[str, Any]] = []
     windows = {}
     for sf in (al.train, al.infer):
@@ -147,7 +148,7 @@ def align_run(lake: Lake, run_id: str) -> Dict[str, Any]:
         w.write_rows("kernel_layers", layer_rows)
         if pair_rows:
             w.write_rows("kernel_alignment", pair_rows)
-    status = "evidence_missing" if problems else al.status
+    status = AlignStatus.EVIDENCE_MISSING if problems else al.status
     return {"status": status, "reason": "; ".join(problems.values()) or al.reason,
             "layers": {sf.side: len(sf.split.layers) for sf in (al.train, al.infer) if sf is not None},
             "groups": len(pair_rows), "odd_layers": dict(al.odd)}

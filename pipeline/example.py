@@ -20,6 +20,7 @@ from typing import Optional
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
 from tilake.pipeline.profile import ProfileResult, run_profile
+from tilake.vocab import Phase
 
 EXAMPLE_RUN_ID = "example-qwen3-0.6b-grpo"
 TORCH_EXAMPLE_RUN_ID = "example-torch-tiny-qwen3"
@@ -40,7 +41,7 @@ EXAMPLE_META = {
                       "vllm_ascend": "unknown", "megatron_core": "unknown"},
     # the example compares every kernel (its training DBs carry verl MSTX phase marks; the default would
     # compare only the log-prob forward): its report stays the one the README shows (docs/phases.md)
-    "phases": "all",
+    "phases": Phase.ALL,
 }
 
 
@@ -86,7 +87,7 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh
         from tilake.workloads.rl_step import run_meta, run_rl_step
 
         traces = run_rl_step(capture, device=device)
-        return run_profile(capture, lake, TORCH_EXAMPLE_RUN_ID, out_dir, {**run_meta(traces), "phases": "all"}, lang)
+        return run_profile(capture, lake, TORCH_EXAMPLE_RUN_ID, out_dir, {**run_meta(traces), "phases": Phase.ALL}, lang)
     from tilake.synth import make_profiler_output
 
     make_profiler_output(capture, seed=0)

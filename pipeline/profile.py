@@ -27,6 +27,7 @@ from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
 from tilake.pipeline.align import align_run, align_stale_runs
+from tilake.vocab import CaptureStatus, Evidence
 
 PathLike = Union[str, Path]
 RECORDED = "recorded profiler output"
@@ -260,12 +261,12 @@ def _finish_profile(lake: Lake, run_id: str, out_dir: Path, lang: str, ing: Inge
 
     out = write_report(lake.warehouse, run_id, out_dir, lang)
     ev = out["evidence"]
-    status = ("evidence_missing" if "evidence_missing" in ev.values()
-              else "host_fallback" if "host_fallback" in ev.values() else "ok")
+    status = (CaptureStatus.EVIDENCE_MISSING if Evidence.MISSING in ev.values()
+              else CaptureStatus.HOST_FALLBACK if Evidence.HOST_FALLBACK in ev.values() else CaptureStatus.OK)
     warnings = uncategorized_warning(out["facts"]["uncategorized"])   # this run only, not the lake
     warnings += [warning_text(n) for n in build.warnings if not n[0].startswith(UNCATEGORIZED_TEST)]
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
-                 for c in ing.captures if c.status not in ("ok",) or c.notes]
+                 for c in ing.captures if c.status != CaptureStatus.OK or c.notes]
     warnings += ing.notes
     if alignment and alignment["status"] != "ok":
         warnings.append(f"kernel alignment: {alignment['status']} — {alignment['reason']}")

@@ -49,11 +49,13 @@ from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
 from tilake.lake.registry import model_family_for
 from tilake.pipeline.scan_print import (print_checks, print_config, print_diff, print_stage3, stage1_json,
                                         write_skipped_report)
+from tilake.vocab import Evidence, ExitCode
 
 
 #: the console's words for a side's evidence (``ProfileResult.evidence`` values)
-EVIDENCE_WORDS = {"device": "device kernels", "cpu_ops": "CPU ops (cpu_op: no device kernels on a CPU)",
-                  "host_fallback": "host-side fallback, not device", "evidence_missing": "evidence_missing"}
+EVIDENCE_WORDS = {Evidence.DEVICE: "device kernels", Evidence.CPU_OPS: "CPU ops (cpu_op: no device kernels on a CPU)",
+                  Evidence.HOST_FALLBACK: "host-side fallback, not device",
+                  Evidence.MISSING: str(Evidence.MISSING)}
 
 
 class ScanStopped(TilakeError):
@@ -485,4 +487,4 @@ def cli_scan(script: Optional[Path], from_output: Optional[Path], lake_path: Opt
                    console=console, progress=fmt == "text", profiler=profiler, rl_step=rl_step)
     if fmt == "json":
         sys.stdout.write(json.dumps(result_json(res), ensure_ascii=False, indent=2, default=str) + "\n")
-    return 1 if res.status == "comparison_skipped" else 0
+    return ExitCode.SCAN_SKIPPED if res.status == "comparison_skipped" else ExitCode.DONE

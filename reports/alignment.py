@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from tilake.vocab import Grade, grade_looks
+
 QUERIES = Path(__file__).resolve().parent / "queries"
 
 
@@ -39,7 +41,8 @@ def instance_text(r: Dict[str, Any]) -> str:
     return f"layer {r['layer']}: {tr} ↔ {inf}{shapes}"
 
 
-SEVERITY = {"red": 0, "orange": 1, "yellow": 2, "green": 3}
+SEVERITY = {g: look.severity_rank - 1 for g, look in grade_looks().items() if look.severity_rank > 0}
+"""Sort order of comparison grades, most severe first (seeds/grades.csv ``severity_rank``; no evidence_missing)."""
 
 
 def _by_boundary(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -90,7 +93,7 @@ def alignment_facts(con, run_id: str) -> Dict[str, Any]:
     points = _by_boundary([b for b in bks if b["role"] == "independent_point" and not b["is_first_divergence"]])
     confirm: Dict[str, List[Dict[str, Any]]] = {}
     for b in bks:
-        if b["comparison_grade"] in ("red", "orange") and b["relation"] not in (None, "same"):
+        if b["comparison_grade"] in (Grade.RED, Grade.ORANGE) and b["relation"] not in (None, "same"):
             confirm.setdefault(b["module"], [])
             if b["boundary"] not in [x["boundary"] for x in confirm[b["module"]]]:
                 confirm[b["module"]].append(b)

@@ -16,6 +16,9 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Iterable, List, Optional
 
+from tilake.reports.labels import label
+from tilake.vocab import CaptureStatus
+
 
 def _steps(v: Any) -> Optional[List[int]]:
     if v is None:
@@ -37,10 +40,10 @@ def steps_counted(captures: Iterable[Dict[str, Any]], side: str, lang: str = "zh
     captures (status ok / host_fallback) count. Examples (en): ``steps 50 (STEP_TIME; ranks 0, 1)``,
     ``no step markers: every captured kernel counted (ranks 0)``, ``no evidence``.
     """
-    zh = lang == "zh"
-    mine = [c for c in captures if c.get("side") == side and c.get("status") in ("ok", "host_fallback")]
+    mine = [c for c in captures if c.get("side") == side
+            and c.get("status") in (CaptureStatus.OK, CaptureStatus.HOST_FALLBACK)]
     if not mine:
-        return "无证据" if zh else "no evidence"
+        return label("steps.no_evidence", lang)
     parts = []
     kept: Dict[tuple, List[Any]] = {}
     all_steps, unmarked = [], []
@@ -63,22 +66,18 @@ def steps_counted(captures: Iterable[Dict[str, Any]], side: str, lang: str = "zh
     ranks = lambda rs: ", ".join(str(r) for r in rs)  # noqa: E731
     for (steps, src), rs in kept.items():
         s = ", ".join(str(x) for x in steps)
-        parts.append(f"step {s}（{src}；rank {ranks(rs)}）" if zh else f"step{'s' if len(steps) > 1 else ''} {s} "
-                     f"({src}; rank{'s' if len(rs) > 1 else ''} {ranks(rs)})")
+        parts.append(label("steps.kept", lang, steps=s, source=src, ranks=ranks(rs),
+                           s="s" if len(steps) > 1 else "", rs="s" if len(rs) > 1 else ""))
     if all_steps:
-        parts.append(f"全部采集的 step（没有所有 rank 共同覆盖的 step；rank {ranks(all_steps)}）" if zh else
-                     f"every captured step (no step is covered by every rank; ranks {ranks(all_steps)})")
+        parts.append(label("steps.every_step", lang, ranks=ranks(all_steps)))
     if unmarked:
-        parts.append(f"无 step 标记：计入全部 kernel（rank {ranks(unmarked)}）" if zh else
-                     f"no step markers: every captured kernel counted (ranks {ranks(unmarked)})")
+        parts.append(label("steps.unmarked", lang, ranks=ranks(unmarked)))
     return "; ".join(parts)
 
 
 def steps_note(lang: str = "zh") -> str:
     """Why the report cannot pick another step: the selection is made at ingest."""
-    if lang == "zh":
-        return "step 在入湖时选定（tilake ingest/run --profiler-step N）；其他 step 的 kernel 不在湖中"
-    return "steps are selected at ingest (tilake ingest/run --profiler-step N); other steps' kernels are not in the lake"
+    return label("steps.note", lang)
 
 
 def invalid_text(invalid_rows: Any) -> str:

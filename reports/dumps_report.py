@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_text
+from tilake.vocab import BoundaryStatus
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -159,7 +160,7 @@ def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True,
     md = _env(markdown=True).get_template("alignment_report.md.j2").render(s=src, j=join)
     hists, chain_png, row_curves = [], None, []
     if charts:
-        div = [b for b in src["boundaries"] if b.get("ulp_hist") and b["status"] not in ("EXACT",)
+        div = [b for b in src["boundaries"] if b.get("ulp_hist") and b["status"] not in (BoundaryStatus.EXACT,)
                and b.get("mismatch_count")]
         for b in div:
             hists.append({"boundary": b["boundary"], "round": b["round"], "svg": Markup(hist_svg(b))})

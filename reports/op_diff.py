@@ -26,7 +26,9 @@ from tilake.reports.alignment import alignment_facts
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
 from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.escape import csv_cell, markdown_env
+from tilake.reports.labels import grade_palette, label
 from tilake.reports.tables import ONE_SIDE_LABEL, evidence_words, one_side, row_key
+from tilake.vocab import Evidence, Grade, grade_look, grade_looks
 
 HERE = Path(__file__).resolve().parent
 QUERIES = HERE / "queries"
@@ -34,9 +36,6 @@ TEMPLATES = HERE / "templates"
 
 CSV_HEADER = ["操作", "训练算子", "推理算子", "训练调用次数", "推理调用次数", "差异类型", "差异等级",
               "训练代码路径", "推理代码路径"]
-GRADE_SPAN = {"red": ("red", "🔴", "高差异", "high"), "orange": ("orange", "🟠", "中差异", "medium"),
-              "yellow": ("gold", "🟡", "低差异", "low"), "green": ("green", "🟢", "无差异", "none"),
-              "evidence_missing": ("gray", "⚪", "证据缺失", "evidence missing")}
 
 
 def run_query(con, name: str, run_id: str) -> List[Dict[str, Any]]:
@@ -95,12 +94,12 @@ def grade_span(grade: str, lang: str = "zh", side: Optional[str] = None) -> str:
     """
     if ":" in grade:
         grade, side = grade.split(":", 1)
-    color, emoji, zh, en = GRADE_SPAN.get(grade, GRADE_SPAN["evidence_missing"])
-    word = zh if lang == "zh" else en
+    look = grade_look(grade)   # seeds/grades.csv
+    word = look.label(lang)
     if side in ONE_SIDE_LABEL:
-        only = ONE_SIDE_LABEL[side][0 if lang == "zh" else 1]
-        word = only if grade == "green" else f"{word} · {only}"
-    return Markup(f'<span style="color:{color}">{emoji} {word}</span>')   # our own HTML: not escaped
+        only = label(f"one_side.{side}", lang)
+        word = only if grade == Grade.GREEN else f"{word} · {only}"
+    return Markup(f'<span style="color:{look.color}">{look.emoji} {word}</span>')   # our own HTML: not escaped
 
 
 def ops_text(ops: Optional[List[str]], calls: Optional[List[int]], with_counts: bool) -> str:
@@ -128,13 +127,13 @@ def code_path(r: Dict[str, Any], side: str, lang: str = "zh") -> str:
     note = r.get(f"{side}_code_path")
     if not note:
         return ""
-    return f"{note}（源码标注）" if lang == "zh" else f"{note} (source note)"
+    return label("cell.source_note", lang, note=note)
 
 
 def csv_rows(facts: Dict[str, Any], lang: str = "zh") -> List[List[str]]:
     """The comparison table as CSV rows (header excluded), one per comparison row."""
     rows = []
-    none = "无" if lang == "zh" else "none"
+    none = label("cell.none", lang)
     for r in facts["comparison"]:
         multi_t = len(r["train_ops"] or []) > 1
         multi_i = len(r["infer_ops"] or []) > 1
@@ -144,7 +143,7 @@ def csv_rows(facts: Dict[str, Any], lang: str = "zh") -> List[List[str]]:
             ops_text(r["infer_ops"], r["infer_op_calls"], multi_i) or none,
             calls_text(r["train_op_calls"]), calls_text(r["infer_op_calls"]),
             r["diff_type_zh"] if lang == "zh" else r["diff_type_en"],
-            GRADE_SPAN.get(r["grade"], GRADE_SPAN["evidence_missing"])[1],
+            grade_look(r["grade"]).emoji,
             code_path(r, "train", lang), code_path(r, "infer", lang)])
     return rows
 
@@ -202,14 +201,14 @@ def key_rows(table_rows_json: Optional[str]) -> str:
 
 
 
-GRADE_COLOURS = {"red": "#d62728", "orange": "#ff7f0e", "yellow": "#d4b000", "green": "#2ca02c",
-                 "evidence_missing": "#999999"}
+GRADE_COLOURS = {g: p["chart"] for g, p in grade_palette().items()}
+"""Bar colour per grade in op_diff_overview.png (reports/templates/labels.yaml), severity order."""
 
 
 def side_unit(run: Dict[str, Any], side: str) -> str:
     """What one side's counts are: ``kernel calls`` (device evidence), ``CPU op calls`` (a CPU-only
     PyTorch-profiler trace, evidence ``cpu_ops``)."""
-    return "CPU op calls" if run.get(f"{side}_evidence") == "cpu_ops" else "kernel calls"
+    return "CPU op calls" if run.get(f"{side}_evidence") == Evidence.CPU_OPS else "kernel calls"
 
 
 def overview_png(facts: Dict[str, Any], path: Path, lang: str = "zh") -> Optional[Path]:
@@ -249,14 +248,14 @@ def overview_figure(facts: Dict[str, Any]):
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(rows) + 2.2))
     y = list(range(len(rows)))
     vals = {"train": [max(r["train_calls"] or 0, 0) for r in rows], "infer": [max(r["infer_calls"] or 0, 0) for r in rows]}
-    c = [GRADE_COLOURS.get(r["grade"], "#999999") for r in rows]
+    c = [GRADE_COLOURS.get(r["grade"], GRADE_COLOURS[Grade.EVIDENCE_MISSING]) for r in rows]
     ax.barh([v - 0.2 for v in y], vals["train"], height=0.38, color=c, alpha=0.95)
     ax.barh([v + 0.2 for v in y], vals["infer"], height=0.38, color=c, alpha=0.45, hatch="//", edgecolor="#444444",
             linewidth=0)
     top = max(vals["train"] + vals["infer"] + [1])
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlim(0, top * 12)   # a decade of room past the longest bar: its count label stays inside the frame
-    missing = {s: run.get(f"{s}_evidence") in ("evidence_missing", "host_fallback") for s in ("train", "infer")}
+    missing = {s: run.get(f"{s}_evidence") in (Evidence.MISSING, Evidence.HOST_FALLBACK) for s in ("train", "infer")}
     for side, dy in (("train", -0.2), ("infer", 0.2)):
         for yi, v in zip(y, vals[side]):
             if missing[side] and not v:
@@ -277,8 +276,7 @@ def overview_figure(facts: Dict[str, Any]):
     if gone:   # under the title, over the bars
         ax.text(0.5, 1.01, "; ".join(gone), transform=ax.transAxes, ha="center", va="bottom", fontsize=9,
                 color="#b00000", bbox={"facecolor": "#fff3f3", "edgecolor": "#b00000"})
-    names = {"red": "high", "orange": "medium", "yellow": "low", "green": "none",
-             "evidence_missing": "evidence missing"}
+    names = {g: look.label_en for g, look in grade_looks().items()}
     handles = []
     for g in GRADE_COLOURS:   # severity order; one colour per grade, one-side-only rows named beside it
         kinds = [one_side(r) for r in rows if r["grade"] == g]
@@ -306,7 +304,7 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
                        ops_text=ops_text, calls_text=calls_text,
                        code_path=lambda r, s: code_path(r, s, lang),
                        steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
-                       steps_note=lambda: steps_note(lang),
+                       steps_note=lambda: steps_note(lang), words=lambda key: label(key, lang),
                        # the "‡ differs from the seed's example table" footnote belongs to the bundled example only
                        seed_example=str(facts["run"].get("collection_method") or "").startswith("bundled synthetic"))
     env.filters["key_rows"] = key_rows

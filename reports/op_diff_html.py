@@ -22,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from tilake.files import atomic_write_bytes
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
+from tilake.reports.labels import label
 from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.tables import evidence_words, grade_label, row_key, side_op_records
 
@@ -44,7 +45,7 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
                       trim_blocks=True, lstrip_blocks=True)
     env.globals["grade_text"] = lambda g, side=None: grade_label(grades, g, lang, side)
     env.globals.update(steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
-                       steps_note=lambda: steps_note(lang))
+                       steps_note=lambda: steps_note(lang), words=lambda key: label(key, lang))
     side_ops = {}
     by_side: Dict[str, List[Dict[str, Any]]] = {}
     for side in ("train", "infer"):

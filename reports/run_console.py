@@ -14,10 +14,12 @@ from typing import Any, Dict, Iterator, List, Optional
 from tilake.lake.registry import KNOWN_TOOLS
 from tilake.reports.captures import ingest_capture_rows, steps_counted
 from tilake.reports.tables import ONE_SIDE_LABEL
+from tilake.vocab import CaptureStatus, Evidence, ExitCode, Grade, grade_looks
 
-GRADES = [("red", "🔴 高差异 / high"), ("orange", "🟠 中差异 / medium"), ("yellow", "🟡 低差异 / low"),
-          ("green", "🟢 无差异 / none"), ("evidence_missing", "⚪ evidence_missing")]
-EXIT_NOTHING_COMPARABLE = 3
+GRADES = [(g, f"{look.emoji} {g}" if g == Grade.EVIDENCE_MISSING
+           else f"{look.emoji} {look.label_zh} / {look.label_en}") for g, look in grade_looks().items()]
+"""``(grade, console label)`` in severity order, from seeds/grades.csv: ``🔴 高差异 / high``, …, ``⚪ evidence_missing``."""
+EXIT_NOTHING_COMPARABLE = ExitCode.EVIDENCE_MISSING
 """Exit status of ``run``/``example`` when a side is evidence_missing or host_fallback: the outputs are
 written but no comparison can be concluded (the same 3 as ``tilake dumps analyze``)."""
 WIDE = 120
@@ -27,7 +29,8 @@ WIDE = 120
 def exit_status(res) -> int:
     """0 when both sides have evidence (findings are in the report, not the status), else
     :data:`EXIT_NOTHING_COMPARABLE` (``res.status`` ``evidence_missing`` or ``host_fallback``)."""
-    return EXIT_NOTHING_COMPARABLE if res.status in ("evidence_missing", "host_fallback") else 0
+    return EXIT_NOTHING_COMPARABLE if res.status in (CaptureStatus.EVIDENCE_MISSING, CaptureStatus.HOST_FALLBACK) \
+        else ExitCode.DONE
 
 
 def grade_rows(grade_counts: Dict[str, int], one_side: Dict[str, int]) -> List[tuple]:
@@ -38,7 +41,7 @@ def grade_rows(grade_counts: Dict[str, int], one_side: Dict[str, int]) -> List[t
     for key, label in GRADES:
         sides = {s: one_side.get(f"{key}:{s}", 0) for s in ("train", "infer")}
         n = grade_counts.get(key, 0) - sum(sides.values())
-        if key != "evidence_missing" or n:
+        if key != Grade.EVIDENCE_MISSING or n:
             out.append((label, n))
         for s, k in sides.items():
             if k:
@@ -55,7 +58,8 @@ def evidence_note(res, side: str) -> str:
     if not any(c.side == side and c.kind == "trace" for c in caps):
         return ""
     ev = res.evidence.get(side)
-    what = {"device": "CUDA kernels", "cpu_ops": "CPU ops (cpu_op), no device kernels"}.get(ev, "no usable events")
+    what = {Evidence.DEVICE: "CUDA kernels", Evidence.CPU_OPS: "CPU ops (cpu_op), no device kernels"}.get(
+        ev, "no usable events")
     return f" (PyTorch profiler trace: {what})"
 
 
@@ -131,8 +135,7 @@ def run_summary_json(res, lake_root) -> dict:
     outputs = {"report": res.report_path, "csv": res.csv_path, "chart": res.chart_path,
                "runtime_ops": list(res.runtime_ops), **res.outputs}
     return {"run_id": res.run_id, "lake": lake_root, "status": res.status, "exit_status": exit_status(res),
-            "grade_counts": {g: res.grade_counts.get(g, 0) for g in ("red", "orange", "yellow", "green",
-                                                                     "evidence_missing")},
+            "grade_counts": {g: res.grade_counts.get(g, 0) for g in Grade},
             "one_side_only": {s: sum(n for k, n in (getattr(res, "one_side", None) or {}).items()
                                      if k.endswith(f":{s}")) for s in ("train", "infer")},
             "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs,

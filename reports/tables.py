@@ -24,48 +24,36 @@ from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
 from tilake.lake.duck import connect
 from tilake.reports.escape import csv_cell
+from tilake.reports.labels import both, grade_palette, label
+from tilake.vocab import BoundaryStatus, Evidence, Grade, grade_look
 
 QUERIES = Path(__file__).resolve().parent / "queries"
 
-# fill colours (ARGB-less RGB hex) per grade, as in the report's key; text stays black for contrast
-GRADE_FILL = {"red": "FFC7CE", "orange": "FFDDB3", "yellow": "FFF2B3", "green": "C6EFCE",
-              "evidence_missing": "D9D9D9"}
+# fill colours (ARGB-less RGB hex) per grade, as in the report's key (reports/templates/labels.yaml)
+GRADE_FILL = {g: p["fill"] for g, p in grade_palette().items()}
 # boundary status → grade colour of the same meaning (msprobe compare colours mismatches red)
-STATUS_FILL = {"EXACT": GRADE_FILL["green"], "NOT_EXACT": GRADE_FILL["red"], "NONFINITE": GRADE_FILL["red"],
-               "SHAPE_DIFF": GRADE_FILL["orange"], "DTYPE_DIFF": GRADE_FILL["orange"],
-               "MISSING": GRADE_FILL["evidence_missing"], "evidence_missing": GRADE_FILL["evidence_missing"]}
+STATUS_FILL = {BoundaryStatus.EXACT: GRADE_FILL[Grade.GREEN], BoundaryStatus.NOT_EXACT: GRADE_FILL[Grade.RED],
+               BoundaryStatus.NONFINITE: GRADE_FILL[Grade.RED], BoundaryStatus.SHAPE_DIFF: GRADE_FILL[Grade.ORANGE],
+               BoundaryStatus.DTYPE_DIFF: GRADE_FILL[Grade.ORANGE],
+               BoundaryStatus.MISSING: GRADE_FILL[Grade.EVIDENCE_MISSING],
+               BoundaryStatus.EVIDENCE_MISSING: GRADE_FILL[Grade.EVIDENCE_MISSING]}
 
-# (key, English header, Chinese header) of the comparison table's numeric form
-COMPARISON_COLUMNS: Sequence[Tuple[str, str, str]] = (
-    ("module", "module", "模块 ID"),
-    ("module_label", "module_label", "操作"),
-    ("train_ops", "train_ops", "训练算子"),
-    ("infer_ops", "infer_ops", "推理算子"),
-    ("train_calls", "train_calls", "训练调用次数"),
-    ("infer_calls", "infer_calls", "推理调用次数"),
-    ("train_device_us", "train_device_us", "训练 device 总时间 (µs)"),
-    ("infer_device_us", "infer_device_us", "推理 device 总时间 (µs)"),
-    ("train_mean_us", "train_mean_us", "训练平均时间 (µs)"),
-    ("infer_mean_us", "infer_mean_us", "推理平均时间 (µs)"),
-    ("device_ratio", "device_ratio_infer_over_train", "device 时间比 (推理/训练)"),
-    ("diff_type", "diff_type", "差异类型"),
-    ("grade", "grade", "差异等级"),
-    ("rule_id", "rule_id", "判定规则"),
-    ("train_code_path", "train_code_path", "训练代码路径"),
-    ("infer_code_path", "infer_code_path", "推理代码路径"),
-    # train / infer for a row with ops on that side only ("training only"), empty otherwise
-    ("one_side", "one_side_only", "单侧独有"),
-)
-SIDE_OP_COLUMNS = (("rank_in_side", "rank", "排名"), ("op_type", "op_type", "CANN 算子类型"),
-                   ("calls", "calls", "调用次数"), ("call_share", "call_share", "占比"),
-                   ("category", "category", "分类"), ("module", "module", "模块"), ("fused", "fused", "融合"),
-                   ("total_device_us", "total_device_us", "device 总时间 (µs)"),
-                   ("mean_device_us", "mean_device_us", "平均时间 (µs)"),
-                   ("example_kernel", "example_kernel", "示例 kernel"))
-CAPTURE_COLUMNS = (("side", "side", "侧"), ("rank", "rank", "rank"), ("source_kind", "source_kind", "来源类型"),
-                   ("status", "status", "状态"), ("kernel_count", "kernel_count", "算子数"),
-                   ("schema_variant", "schema_variant", "schema"), ("profiler_level", "profiler_level", "level"),
-                   ("truncated", "truncated", "截断"), ("reason", "reason", "原因"), ("path", "path", "DB 文件"))
+
+def _columns(table: str, keys: Sequence[str]) -> Tuple[Tuple[str, str, str], ...]:
+    """``(key, English header, Chinese header)`` per column of ``table`` (labels ``column.<table>.<key>``)."""
+    return tuple((k, *reversed(both(f"column.{table}.{k}"))) for k in keys)
+
+
+# the comparison table's numeric form (``one_side``: train / infer for a row with ops on that side only,
+# "training only", empty otherwise)
+COMPARISON_COLUMNS: Sequence[Tuple[str, str, str]] = _columns("comparison", (
+    "module", "module_label", "train_ops", "infer_ops", "train_calls", "infer_calls", "train_device_us",
+    "infer_device_us", "train_mean_us", "infer_mean_us", "device_ratio", "diff_type", "grade", "rule_id",
+    "train_code_path", "infer_code_path", "one_side"))
+SIDE_OP_COLUMNS = _columns("side_ops", ("rank_in_side", "op_type", "calls", "call_share", "category", "module",
+                                        "fused", "total_device_us", "mean_device_us", "example_kernel"))
+CAPTURE_COLUMNS = _columns("captures", ("side", "rank", "source_kind", "status", "kernel_count", "schema_variant",
+                                        "profiler_level", "truncated", "reason", "path"))
 BOUNDARY_COLUMNS = ("round", "position", "boundary", "op", "status", "train_shape", "infer_shape", "train_dtype",
                     "mismatch_count", "mismatch_fraction", "max_abs_diff", "tensor_ulp",
                     "max_elem_ulp_significant", "signed_mean_ulp", "pattern", "class", "role", "reason")
@@ -104,14 +92,13 @@ def _us(ns: Optional[float]) -> Optional[float]:
 
 # what a one-side-only row says in place of the grade's own word ("无差异 / none" would claim a comparison)
 # ("either": a rule's line in the rule key, which covers rows of both kinds)
-ONE_SIDE_LABEL = {"train": ("训练独有", "training only"), "infer": ("推理独有", "inference only"),
-                  "either": ("单侧独有", "one side only")}
+ONE_SIDE_LABEL = {s: both(f"one_side.{s}") for s in ("train", "infer", "either")}
 
 
 def one_side(r: Dict[str, Any]) -> Optional[str]:
     """``'train'``/``'infer'`` when a comparison row has ops on that side only, else None (both
     sides, neither, or an evidence_missing row: a side without evidence is not "the other side has none")."""
-    if r.get("grade") == "evidence_missing":
+    if r.get("grade") == Grade.EVIDENCE_MISSING:
         return None
     t, i = bool(r.get("train_ops")), bool(r.get("infer_ops"))
     return "train" if t and not i else "infer" if i and not t else None
@@ -132,12 +119,11 @@ def grade_label(grades: Dict[str, Dict[str, Any]], grade: str, lang: str = "zh",
     """
     if ":" in grade:
         grade, side = grade.split(":", 1)
-    g = grades.get(grade) or grades.get("evidence_missing") or {"emoji": "⚪", "label_zh": "证据缺失",
-                                                                  "label_en": "evidence missing"}
+    g = grades.get(grade) or grades.get(Grade.EVIDENCE_MISSING) or grade_look(Grade.EVIDENCE_MISSING)._asdict()
     word = g["label_zh"] if lang == "zh" else g["label_en"]
     if side in ONE_SIDE_LABEL:
-        only = ONE_SIDE_LABEL[side][0 if lang == "zh" else 1]
-        return f"{g['emoji']} {only}" if grade == "green" else f"{g['emoji']} {word} · {only}"
+        only = label(f"one_side.{side}", lang)
+        return f"{g['emoji']} {only}" if grade == Grade.GREEN else f"{g['emoji']} {word} · {only}"
     return f"{g['emoji']} {word}"
 
 
@@ -154,23 +140,16 @@ def evidence_words(facts: Dict[str, Any], side: str, lang: str = "zh") -> Dict[s
         ``{"trace": bool, "cpu": bool, "source": str, "op": str, "time": str, "stack": str, "file": str}``
         (column headers and the data-source sentence, in ``lang``).
     """
-    zh = lang == "zh"
     trace = any(c.get("source_kind") == "trace" for c in facts.get("captures") or [] if c.get("side") == side)
-    cpu = facts["run"].get(f"{side}_evidence") == "cpu_ops"
+    cpu = facts["run"].get(f"{side}_evidence") == Evidence.CPU_OPS
     if not trace:
         return {"trace": False, "cpu": cpu, "source": "COMPUTE_TASK_INFO ⋈ TASK ⋈ STRING_IDS",
-                "op": "CANN 算子类型" if zh else "CANN op type", "time": "device 时间 (µs)" if zh else "Device time (µs)",
-                "stack": "PYTORCH_CALLCHAINS", "file": "DB 文件" if zh else "DB file"}
-    if cpu:
-        source = ("PyTorch profiler trace：CPU 算子（cpu_op，最内层 aten 算子；无 device 事件）" if zh else
-                  "PyTorch profiler trace: CPU ops (cpu_op, innermost aten ops; no device events)")
-    else:
-        source = ("PyTorch profiler trace：CUDA kernel（cat kernel，经 External id/correlation 关联 cpu_op）" if zh else
-                  "PyTorch profiler trace: CUDA kernels (cat kernel, linked to cpu_op by External id/correlation)")
-    return {"trace": True, "cpu": cpu, "source": source,
-            "op": ("算子 (aten CPU 算子)" if zh else "Op (aten CPU op)") if cpu else ("算子 (CUDA kernel)" if zh else "Op (CUDA kernel)"),
-            "time": ("CPU 时间 (µs)" if zh else "CPU time (µs)") if cpu else ("device 时间 (µs)" if zh else "Device time (µs)"),
-            "stack": "Python stack (with_stack)", "file": "trace 文件" if zh else "trace file"}
+                "op": label("evidence.op.cann", lang), "time": label("evidence.time.device", lang),
+                "stack": "PYTORCH_CALLCHAINS", "file": label("evidence.file.db", lang)}
+    kind = "cpu" if cpu else "cuda"
+    return {"trace": True, "cpu": cpu, "source": label(f"evidence.source.{kind}", lang),
+            "op": label(f"evidence.op.{kind}", lang), "time": label("evidence.time." + ("cpu" if cpu else "device"), lang),
+            "stack": "Python stack (with_stack)", "file": label("evidence.file.trace", lang)}
 
 
 def comparison_records(facts: Dict[str, Any], extras: Dict[str, Any], text_rows: Sequence[Sequence[str]],
@@ -325,17 +304,17 @@ def write_op_diff_tables(facts: Dict[str, Any], out_dir: Path, records: List[Dic
                               rows)
     head = (lambda cols: [zh if lang == "zh" else en for _k, en, zh in cols])
     xrows = [[r["grade_label"] if k == "grade" else r[k] for k in keys] for r in records]
-    sheets = [{"title": "对比表" if lang == "zh" else "comparison", "header": head(COMPARISON_COLUMNS),
+    sheets = [{"title": label("sheet.comparison", lang), "header": head(COMPARISON_COLUMNS),
                "rows": xrows, "fills": [GRADE_FILL.get(r["grade"]) for r in records]}]
     for side in ("train", "infer"):
         ops = side_op_records(facts, side)
-        sheets.append({"title": (("训练" if side == "train" else "推理") + "算子") if lang == "zh" else f"{side} ops",
+        sheets.append({"title": label(f"sheet.{side}_ops", lang),
                        "header": head(SIDE_OP_COLUMNS),
                        "rows": [[o[k] for k, _en, _zh in SIDE_OP_COLUMNS] for o in ops], "percent_cols": [3]})
     caps = facts.get("captures") or []
-    sheets.append({"title": "采集健康度" if lang == "zh" else "captures", "header": head(CAPTURE_COLUMNS),
+    sheets.append({"title": label("sheet.captures", lang), "header": head(CAPTURE_COLUMNS),
                    "rows": [[c.get(k) for k, _en, _zh in CAPTURE_COLUMNS] for c in caps],
-                   "fills": [None if c.get("status") == "ok" else GRADE_FILL["evidence_missing"] for c in caps]})
+                   "fills": [None if c.get("status") == "ok" else GRADE_FILL[Grade.EVIDENCE_MISSING] for c in caps]})
     return {"numeric_csv": csv_path, "xlsx": write_xlsx(out_dir / "operator_diff.xlsx", sheets)}
 
 
@@ -361,7 +340,7 @@ def write_boundary_tables(src: Dict[str, Any], out_dir: Path) -> Dict[str, Path]
               {"title": "difference points", "header": point_cols,
                "rows": [[("; ".join(p.get(k) or []) if k == "evidence" else p.get(k)) for k in point_cols]
                         for p in points],
-               "fills": [GRADE_FILL["red"] if p.get("class") == "logic-level" else GRADE_FILL["yellow"]
+               "fills": [GRADE_FILL[Grade.RED] if p.get("class") == "logic-level" else GRADE_FILL[Grade.YELLOW]
                          for p in points]}]
     return {"boundary_results_csv": csv_path, "boundary_results_xlsx": write_xlsx(out_dir / "boundary_results.xlsx",
                                                                                   sheets)}

@@ -46,8 +46,9 @@ from tilake.ingest.profiler.steps import (StepCounts, StepMarks, assign_steps, c
                                           restrict, stage_launch_times, text_step_marks)
 from tilake.ingest.profiler.text import load_text
 from tilake.ingest.torch.load import ingest_trace
+from tilake.vocab import CaptureStatus, Evidence
 
-USABLE = ("ok", "host_fallback")
+USABLE = (CaptureStatus.OK, CaptureStatus.HOST_FALLBACK)
 
 
 @dataclass
@@ -136,7 +137,7 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None
         txt = _ingest_text(cap, w, part, row, reason_prefix=reason + "; ")
         if txt.status in USABLE:
             return txt
-    return CaptureResult(cap, "evidence_missing", reason, res.kernels, res.host_ops, "db", marks=marks)
+    return CaptureResult(cap, CaptureStatus.EVIDENCE_MISSING, reason, res.kernels, res.host_ops, "db", marks=marks)
 
 
 def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = "") -> CaptureResult:
@@ -152,13 +153,13 @@ def _ingest_text(cap: Capture, w, part: Dict, row: Dict, reason_prefix: str = ""
             counts["operator_details.csv"] = nh
         row["table_rows"] = json.dumps(counts, separators=(",", ":"))
     if nk:
-        status = "ok" if evidence == "device" else "host_fallback"
+        status = CaptureStatus.OK if evidence == Evidence.DEVICE else CaptureStatus.HOST_FALLBACK
         aggregated = (f": {nk} kernels in {n_rows} op-type rows (sum of Count); kernel names are not "
                       "available at that level" if src == "op_statistic.csv" else "")
-        why = (f"{reason_prefix}device rows from {src}{aggregated}" if evidence == "device"
+        why = (f"{reason_prefix}device rows from {src}{aggregated}" if evidence == Evidence.DEVICE
                else f"{reason_prefix}host-side fallback, not device: CANN API statistics from {src}")
         return CaptureResult(cap, status, why, nk, nh, "text")
-    return CaptureResult(cap, "evidence_missing",
+    return CaptureResult(cap, CaptureStatus.EVIDENCE_MISSING,
                          f"{reason_prefix}no kernel_details.csv, op_statistic.csv or api_statistic.csv rows "
                          f"in {cap.text_dir or cap.path}", 0, nh, "text")
 
@@ -189,7 +190,7 @@ def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResu
                              "raw profiler data not parsed (FRAMEWORK/ and PROF_* only): run "
                              f"torch_npu.profiler.profiler.analyse('{cap.path}') on the Ascend host, "
                              "then ingest again")
-    return CaptureResult(cap, "evidence_missing", empty_reason(cap.pt_dir or cap.path))
+    return CaptureResult(cap, CaptureStatus.EVIDENCE_MISSING, empty_reason(cap.pt_dir or cap.path))
 
 
 def _restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int]) -> List[str]:
@@ -450,13 +451,15 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             usable = [c for c in mine if c.status in USABLE]
             if usable:
                 result.side_evidence[side] = (
-                    "device" if any(c.status == "ok" and c.evidence != "cpu_ops" for c in usable)
-                    else "cpu_ops" if any(c.status == "ok" for c in usable) else "host_fallback")
+                    Evidence.DEVICE if any(c.status == CaptureStatus.OK and c.evidence != Evidence.CPU_OPS
+                                           for c in usable)
+                    else Evidence.CPU_OPS if any(c.status == CaptureStatus.OK for c in usable)
+                    else Evidence.HOST_FALLBACK)
                 result.side_reason[side] = ""
                 continue
             why = (f"{mine[0].capture.path}: {mine[0].reason}" if mine
                    else f"no {side} capture was found")
-            result.side_evidence[side] = "evidence_missing"
+            result.side_evidence[side] = Evidence.MISSING
             result.side_reason[side] = why
             if not allow_missing:
                 raise TilakeError(f"{side} side has no device evidence — {why}")

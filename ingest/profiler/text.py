@@ -22,6 +22,7 @@ from tilake.lake.duck import sql_str
 from tilake.lake.schema import KERNEL_MAX_NS, TIME_MAX_NS
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.names import clean_text, is_derived, op_type_or_derived
+from tilake.vocab import Evidence
 
 _TEXT_KERNEL_COLS = ["kernel_name", "raw_op", "accelerator", "start_ns", "dur_ns", "block_dim",
                      "input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes",
@@ -181,7 +182,7 @@ def kernel_rows(text_dir: Path, invalid: Optional[Dict[str, int]] = None) -> Tup
         if too_long and invalid is not None:
             invalid[f"{kd.name} Duration(us) over 1 h"] = too_long
         if out:
-            return kd.name, out, "device"
+            return kd.name, out, Evidence.DEVICE
     st = text_dir / "op_statistic.csv"
     if st.exists():
         header, rows = read_csv(st, (("OP Type",), ("Count",)))
@@ -192,7 +193,7 @@ def kernel_rows(text_dir: Path, invalid: Optional[Dict[str, int]] = None) -> Tup
                 None, None, None, None, None, None, None, None, None, _int(r.get("Device_id")),
                 _count(r.get("Count"), f"{st} line {i} Count")) for i, r in enumerate(rows, start=2)]
         if out:
-            return st.name, out, "device"
+            return st.name, out, Evidence.DEVICE
     api = text_dir / "api_statistic.csv"
     if api.exists():
         header, rows = read_csv(api, (("API Name",), ("Count",)))
@@ -210,7 +211,7 @@ def kernel_rows(text_dir: Path, invalid: Optional[Dict[str, int]] = None) -> Tup
                         None, None, None, None, None, None, None, None, None, _int(r.get("Device_id")),
                         _count(r.get("Count"), f"{api} Count of {name}")))
         if out:
-            return api.name, out, "host_fallback"
+            return api.name, out, Evidence.HOST_FALLBACK
     return "", [], ""
 
 

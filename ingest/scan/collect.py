@@ -35,6 +35,7 @@ from tilake.lake.duck import sqlite_ro
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.ingest.profiler.discover import is_raw, pt_dbs
 from tilake.ingest.profiler.metadata import empty_reason
+from tilake.vocab import Evidence
 
 STAGE3_FILE = "tilake_scan_stage3.json"
 FORMAT = "tilake-scan-stage3/1"
@@ -181,7 +182,7 @@ class Stage3:
             st = self.side_status(s)
             sides[s] = {"status": st,
                         "label": {"device": "device", "host_fallback": HOST_FALLBACK_LABEL, "trace": TRACE_LABEL,
-                                  "failed": "evidence_missing"}[st],
+                                  "failed": Evidence.MISSING}[st],
                         "sources": [asdict(x) for x in self.sources if x.side == s]}
         return {"format": FORMAT, "output_dir": self.output_dir, "seam": self.seam, "real": self.real,
                 "comparison": "run" if self.comparison_possible else "skipped",
@@ -269,7 +270,7 @@ def collect(output_dir: Path, seam: NpuSeam, probe: Optional[NpuProbe], env: Opt
     for db in loose:
         n, note = compute_task_rows(db)
         st.sources.append(SourceState("train", _rel(db, root), "device" if n else "failed", _rel(db, root), n,
-                                      label="device" if n else "evidence_missing", note=note))
+                                      label=Evidence.DEVICE if n else Evidence.MISSING, note=note))
     for side, group in (("train", train), ("infer", infer)):
         for pt in group:
             st.sources.append(_one(st, side, pt, root, seam, probe, env, run_analyse, console))
@@ -305,7 +306,7 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
     if db is None and not is_raw(pt) and _host_csv(pt) is None:
         why = empty_reason(pt)  # "empty …" or what it holds instead (analysis.db, communication*.json, …)
         st.op(side, rel, "inspect folder", "failed", why)
-        return SourceState(side, rel, "failed", note=why, label="evidence_missing")
+        return SourceState(side, rel, "failed", note=why, label=Evidence.MISSING)
     logs = root / "tilake_scan_logs"
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", rel)
     if db is None and run_analyse and is_raw(pt):
@@ -352,7 +353,7 @@ def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Opti
                            csv=_rel(csv, root), label=HOST_FALLBACK_LABEL, note=why)
     st.op(side, rel, f"look for {' / '.join(HOST_CSVS)} ({why})", "missing", fallback="2: host-side CSV")
     return SourceState(side, rel, "failed", _rel(db, root) if db else None, n, note=why + "; no host-side CSV",
-                       label="evidence_missing")
+                       label=Evidence.MISSING)
 
 
 def collect_torch(output_dir: Path) -> Stage3:
@@ -388,7 +389,7 @@ def collect_torch(output_dir: Path) -> Stage3:
                    "reached?" if side == "train" else
                    "no rollout trace under agent_loop_rollout_replica_*: the rollout is traced only with "
                    "tool_config.torch discrete: true (verl vllm_async_server.py _should_profile)")
-            st.sources.append(SourceState(side, where, "failed", note=why, label="evidence_missing"))
+            st.sources.append(SourceState(side, where, "failed", note=why, label=Evidence.MISSING))
     return st
 
 

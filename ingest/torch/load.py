@@ -42,6 +42,7 @@ from tilake.errors import TilakeError
 from tilake.ingest.torch.events import (KNOWN_SCHEMA_VERSIONS, TraceScan, TruncatedTrace, read_header,
                                        stream_events)
 from tilake.lake.duck import sql_str
+from tilake.vocab import CaptureStatus, Evidence
 
 BACKEND = "torch_trace"
 # how a kernel was linked to its launching CPU op (kernels.match_confidence of a torch trace)
@@ -168,7 +169,7 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str, keep_rank
         return _truncated_result(cap, exc, TraceScan())
     if scan.legacy:
         cap.update(schema_variant="legacy_autograd_array", table_rows="{}")
-        return TraceResult("evidence_missing",
+        return TraceResult(CaptureStatus.EVIDENCE_MISSING,
                            "legacy autograd-profiler trace (a bare JSON array, PyTorch < 1.8.1): no event "
                            "categories and no kernel links; profile again with torch.profiler.profile", capture=cap)
     version = scan.header.get("schemaVersion")
@@ -209,7 +210,7 @@ def _truncated_result(cap: Dict, exc: TruncatedTrace, scan: TraceScan) -> TraceR
     rows["steps"] = scan.steps
     cap.update(truncated=True, schema_variant="chrome_trace_truncated",
                table_rows=json.dumps(rows, separators=(",", ":")))
-    return TraceResult("evidence_missing", exc.reason, capture=cap)
+    return TraceResult(CaptureStatus.EVIDENCE_MISSING, exc.reason, capture=cap)
 
 
 SMALL_STAGING_BYTES = 64 << 20
@@ -251,7 +252,7 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, ve
         seen = ", ".join(f"{k}={v}" for k, v in sorted(scan.counts.items())) or "no events"
         ver = ("" if version in KNOWN_SCHEMA_VERSIONS
                else f"schemaVersion {version!r} is not one tilake knows ({sorted(KNOWN_SCHEMA_VERSIONS)}); ")
-        return TraceResult("evidence_missing", f"{ver}no cpu_op or kernel events in the trace ({seen})",
+        return TraceResult(CaptureStatus.EVIDENCE_MISSING, f"{ver}no cpu_op or kernel events in the trace ({seen})",
                            capture=cap)
     cid = sql_str(capture_id)
     chain = _callchains(writer, partition, cid, t) if n_py else None
@@ -328,10 +329,11 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, ve
     for name in list(t.values()) + [f"_trace_k_{tag}", f"_trace_leaf_{tag}"] + ([chain] if chain else []):
         con.execute(f'DROP TABLE IF EXISTS "{name}"')
     if device:
-        return TraceResult("ok", f"device kernels (cat kernel) from {scan.counts['kernel']} events; "
-                           + link_note(links), nk, nh, "device", cap, marks, links)
-    return TraceResult("ok", "CPU-only trace: no device events (cat kernel/gpu_memcpy/gpu_memset); "
-                       f"{nk} innermost CPU ops (cpu_op) are the evidence, not device kernels", nk, nh, "cpu_ops", cap,
+        return TraceResult(CaptureStatus.OK, f"device kernels (cat kernel) from {scan.counts['kernel']} events; "
+                           + link_note(links), nk, nh, Evidence.DEVICE, cap, marks, links)
+    return TraceResult(CaptureStatus.OK, "CPU-only trace: no device events (cat kernel/gpu_memcpy/gpu_memset); "
+                       f"{nk} innermost CPU ops (cpu_op) are the evidence, not device kernels", nk, nh, Evidence.CPU_OPS,
+                       cap,
                        marks)
 
 
