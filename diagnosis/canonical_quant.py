@@ -103,7 +103,7 @@ def dequantise(dump, side: str):
 
     def half_step(entry: str):
         """``[out, in]`` float32: half a quantisation step of each weight element (s / 2)."""
-        key, t = by_entry[entry]
+        _key, t = by_entry[entry]
         s = dump.load(t["scale"]).float()
         s = s.reshape(s.shape[0], -1)
         if s.shape[1] > 1:

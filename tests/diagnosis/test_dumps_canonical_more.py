@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
-
 from msprobe_python import PY, requires_msprobe
 from tilake.cli import main
 from tilake.diagnosis import analyze as A
