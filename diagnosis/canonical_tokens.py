@@ -119,15 +119,33 @@ def select_tokens(dumps: Dict[str, Any], ids: Dict[str, Any], positions: Optiona
                          f"occur {len(hits)} times in the training ids: pass --request-tokens")
         return out, notes
     hits = _windows(inf_flat, trf)   # batched rollout: the request inside a concatenated batch
+    how = "by token ids"
+    if len(hits) > 1:   # the ids occur more than once (a shared prefix, a longer request): whole requests only
+        whole, how = _whole_requests(hits, trf.numel(), inf_flat.numel(), positions, pairing.get("cu_seqlens"))
+        hits = whole if whole else hits
     if len(hits) == 1:
         o, e = hits[0], hits[0] + trf.numel()
         out["infer"] = select_rows(dumps["infer"], "infer", inf_flat.numel(), o, e,
                                    f"batched rollout of {inf_flat.numel()} tokens: inference rows {o}–{e - 1} hold "
-                                   "this request (by token ids)", detail={"reason": "batched rollout"})
+                                   f"this request ({how})", detail={"reason": "batched rollout"})
     else:
         notes.append(f"the inference batch holds {inf_flat.numel()} tokens, training {trf.numel()}; the training ids "
                      f"occur {len(hits)} times in it: pass --request-tokens A:B")
     return out, notes
+
+
+def _whole_requests(hits: List[int], n: int, total: int, positions, cu_seqlens) -> Tuple[List[int], str]:
+    """The windows among ``hits`` that are one whole request of a concatenated batch: their start and end are
+    request boundaries of ``cu_seqlens`` (vLLM's ``[0, n_0, n_0 + n_1, …]``) when given, else their positions
+    run ``0 … n-1`` and restart (or end) right after (vLLM numbers each request's positions from 0)."""
+    if cu_seqlens:
+        cut = {int(c) for c in cu_seqlens}
+        return [o for o in hits if o in cut and o + n in cut], f"by token ids and cu_seqlens {list(cu_seqlens)}"
+    p = positions.reshape(-1) if positions is not None else None
+    if p is None or p.numel() != total:
+        return [], "by token ids"
+    ok = [o for o in hits if int(p[o]) == 0 and int(p[o + n - 1]) == n - 1 and (o + n == total or int(p[o + n]) == 0)]
+    return ok, f"by token ids and positions: the whole request at positions 0–{n - 1}"
 
 
 # ------------------------------------------------------------------------------ chunked prefill

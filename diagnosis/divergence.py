@@ -34,6 +34,9 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
       * dtypes differ: logic-level unless the narrower side is exactly the downcast wider tensor
         (a precision downgrade, rounding-level);
       * one side constant across query positions while the other varies → logic-level;
+      * a linear output of quantised weights (``quant_error``, :mod:`tilake.diagnosis.quant_error`):
+        ``quantisation-level`` within the propagated quantisation error, logic-level beyond it when its
+        inputs were equal (with differing inputs, beyond the bound falls back to the rules above);
       * the rows / columns whose error exceeds the rounding bound are named when they are not all
         of them (``logic_rows`` / ``logic_cols`` from :func:`tilake.diagnosis.numerics.compare`).
     """
@@ -79,7 +82,15 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
         ev.append("dtypes differ at a boundary that must agree")
         if row.get("downcast"):
             ev.append(row["downcast"]["text"])
+    elif row.get("quant_error") and (row["quant_error"]["within"] or row["inputs_equal"]):
+        # a linear of quantised weights: judged against the quantisation error, not bf16 rounding
+        qe = row["quant_error"]
+        cls = "quantisation-level" if qe["within"] else "logic-level"
+        ev.append(qe["text"])
+        ev.append(f"difference pattern: {row.get('pattern')} ({row.get('mismatch_fraction', 0):.1%} of elements differ)")
     else:
+        if row.get("quant_error"):
+            ev.append(row["quant_error"]["text"] + " — its inputs differ, so the bound does not cover the whole difference")
         if row["inputs_equal"] and row.get("op") == "elementwise":
             cls = "logic-level"
             ev.append("elementwise op fed bitwise-equal inputs produced different outputs "
@@ -255,7 +266,7 @@ def find_points(rows: List[dict], cfg: dict, round_no: int, isolated: Sequence[s
                         "tensor_ulp": r.get("tensor_ulp"), "pattern": r.get("pattern"),
                         "systematic_bias": r.get("systematic_bias"), "bias": r.get("bias"),
                         "logic_rows": r.get("logic_rows"), "logic_cols": r.get("logic_cols"),
-                        "cosine": r.get("cosine"), "op": r.get("op"),
+                        "cosine": r.get("cosine"), "op": r.get("op"), "quant_error": r.get("quant_error"),
                         "precision_downgrade": bool(r.get("precision_downgrade")),
                         "constant_rows": r.get("constant_rows")})
             continue

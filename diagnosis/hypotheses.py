@@ -150,10 +150,12 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
         ev = [f"{s}: {', '.join(fp[s]) or 'no API entries dumped'}" for s in SIDES]
         quant = [c for c in getattr(pair, "canonical", []) if c.get("kind") == "quant"]
         if quant and r.get("op") == "matmul":
+            qe = r.get("quant_error") or {}
+            why = (qe.get("text") or "no quantisation bound for this boundary (its input or transforms do not fit)")
             out.append({"hypothesis": "fused kernel / accumulation order", "status": HypothesisStatus.EVIDENCE_MISSING,
                         "evidence": ev + [f"the first divergence is a linear output of a side with quantised weights "
                                           f"({quant[0]['text'].split(':')[0]}): the quantisation error, not a kernel, "
-                                          "is expected there (its error scale is not classified yet)"]})
+                                          f"is what the values show there — {why}"]})
         elif r.get("status") == BoundaryStatus.DTYPE_DIFF:
             out.append({"hypothesis": "fused kernel / accumulation order", "status": HypothesisStatus.EVIDENCE_MISSING,
                         "evidence": ev + ["the first divergence is a dtype difference: the precision change, not a "

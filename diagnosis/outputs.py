@@ -91,7 +91,8 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                  "systematic_bias", "train_source", "infer_source", "train_transforms", "infer_transforms",
                  "mag_signed_mean_ulp", "share_smaller_magnitude", "signed_count", "signed_filter", "bias",
                  "cols_differing", "cols_total", "logic_rows", "logic_rows_count", "logic_cols", "logic_cols_count",
-                 "row_tensor_ulp", "cosine", "risk", "downcast", "precision_downgrade", "constant_rows")
+                 "row_tensor_ulp", "cosine", "risk", "downcast", "precision_downgrade", "constant_rows",
+                 "quant_error")
     rounding = [p for p in an.points if p.get("class") == "rounding-level"]
     logic = [p for p in an.points if p.get("class") == "logic-level"]
     missing = [{"round": r["round"], "boundary": r["boundary"], "status": r["status"], "reason": r.get("reason")}
@@ -125,12 +126,14 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
                     "rounds": len(an.rounds)},
         "token_ids": an.token_ids,
         "canonical": an.canonical,
+        "moe": an.moe,
         "suggestions": an.suggestions,
         "first_divergence": r0.get("first_divergence"),
         "amplification_chain": r0.get("amplification_chain", []),
         "points": an.points,
         "logic_level_points": [p["boundary"] for p in logic],
         "rounding_level_points": [p["boundary"] for p in rounding],
+        "quantisation_level_points": [p["boundary"] for p in an.points if p.get("class") == "quantisation-level"],
         "suspects": [s for r in an.rounds for s in r.get("suspects", [])],
         EVIDENCE_MISSING: missing,
         "hypotheses": an.hypotheses,

@@ -16,6 +16,7 @@ from tilake.diagnosis.canonical_quant import dequantise, quant_bound
 from tilake.diagnosis.dtype_and_shape import constant_rows, downcast_check
 from tilake.diagnosis.numerics import compare
 from tilake.diagnosis.order import order_boundaries
+from tilake.diagnosis.quant_error import bound_for, judge
 from tilake.diagnosis.steps import open_sides
 from tilake.diagnosis.summary_gate import summary_gate
 from tilake.diagnosis.transforms import materialise
@@ -250,6 +251,12 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
         row.update(status=BoundaryStatus.EVIDENCE_MISSING, reason=f"comparison failed: {type(exc).__name__}: {exc}")
         return row
     row.update(r)
+    if r["status"] == BoundaryStatus.NOT_EXACT:   # a quantised linear's output: judged against its quantisation error
+        for s in SIDES:
+            got = bound_for(pair, s, res[s], pair.dims, ctx[s], tuple(a.shape))
+            if got is not None:
+                row["quant_error"] = judge(row, a, o, got[0], got[1], bound)
+                break
     if r["status"] == BoundaryStatus.DTYPE_DIFF:
         row["reason"] = f"dtype {tens['train'].dtype} (train) vs {tens['infer'].dtype} (infer)"
         if row.get("downcast"):

@@ -42,3 +42,5 @@ class Analysis:
     suggestions: List[dict] = field(default_factory=list)
     # what canonicalisation did to each side (tilake.diagnosis.canonical: TP merge, PP join, token selection)
     canonical: List[dict] = field(default_factory=list)
+    # MoE routing of both sides (tilake.diagnosis.moe.router_flips): {} for a dense model
+    moe: Dict[str, Any] = field(default_factory=dict)

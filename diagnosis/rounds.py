@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from tilake.diagnosis.divergence import NOT_COMPARED, amplification_chain, classify, find_points, first_divergence
 from tilake.diagnosis.hypotheses import hypotheses
+from tilake.diagnosis.moe import moe_hypothesis, router_flips
 from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights
 from tilake.diagnosis.result import Analysis
 from tilake.diagnosis.risk import rate
@@ -146,6 +147,9 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         if k == 0:
             an.weight_rows = compare_weights(pair)
             an.hypotheses = hypotheses(pair, cmp_rows, an.weight_rows, fd, task_card or {}, an.token_ids)
+            an.moe = router_flips(pair)   # MoE routing: router decision flips per token row (a finding of its own)
+            if an.moe:
+                an.hypotheses.append(moe_hypothesis(an.moe))
         an.boundary_rows.extend(rows)
         all_pts.extend(pts)
         # decide the next round

@@ -22,6 +22,7 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
     non_exact = [r for r in compared if r["status"] != BoundaryStatus.EXACT]
     missing = [r for r in an.boundary_rows if r["status"] in NOT_COMPARED]
     biased = [r for r in non_exact if r.get("systematic_bias")]
+    quant = [p for p in an.points if p.get("class") == "quantisation-level"]
     if not compared and missing:
         an.verdict, an.consistency = Verdict.EVIDENCE_MISSING, Consistency.UNKNOWN
         an.verdict_reason = (f"no boundary could be compared ({len(missing)} evidence_missing/MISSING); "
@@ -53,6 +54,16 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
             ", ".join(f"{p['boundary']} (round {p['round']})" for p in logic)
         if last.get("outcome") == RoundOutcome.STUB_NEEDED or (an.stub_instruction or {}).get("needed"):
             an.verdict_reason += "; enumeration not finished: apply stub_instruction.json and analyse the next round"
+    elif quant:
+        an.verdict, an.consistency = "nonzero", "quantisation"
+        qe = quant[0].get("quant_error") or {}
+        an.verdict_reason = (f"{len(quant)} independent difference point(s) at linear outputs of the quantised "
+                             f"inference weights, each within the int{qe.get('bits', 8)} quantisation error "
+                             f"({', '.join(p['boundary'] for p in quant[:3])}{'…' if len(quant) > 3 else ''}; first: "
+                             f"max |diff| {qe.get('max_abs_diff', 0):.3g}, bound {qe.get('bound', 0):.3g}): the rollout's "
+                             "weight quantisation, not a logic divergence (no logic-level point)")
+        if (an.stub_instruction or {}).get("needed"):
+            an.verdict_reason += "; downstream not isolated yet: apply stub_instruction.json and analyse the next round"
     elif [r for r in non_exact if r.get("evidence_kind") == "md5"]:
         md = [r for r in non_exact if r.get("evidence_kind") == "md5"]
         an.verdict, an.consistency = Verdict.NONZERO, Consistency.UNKNOWN

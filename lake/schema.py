@@ -210,7 +210,7 @@ RAW_TABLES: Tuple[RawTable, ...] = (
         ("rows_total", "BIGINT"), ("rows_differing", "BIGINT"),
         ("cols_total", "BIGINT"), ("cols_differing", "BIGINT"), ("pattern", "VARCHAR"),
         ("systematic_bias", "BOOLEAN"), ("inputs_equal", "BOOLEAN"),
-        ("class", "VARCHAR", "rounding-level | logic-level | NULL"),
+        ("class", "VARCHAR", "rounding-level | logic-level | quantisation-level | NULL"),
         ("class_evidence", "VARCHAR", "JSON list"),
         ("notes", "VARCHAR", "JSON list (transforms applied, layout scans)"),
         ("role", "VARCHAR", "independent_point | propagated | suspect | NULL (equal/not compared)"),

@@ -326,7 +326,8 @@ def write_boundary_tables(src: Dict[str, Any], out_dir: Path) -> Dict[str, Path]
     NOT_EXACT/NONFINITE red, SHAPE_DIFF/DTYPE_DIFF orange, MISSING/evidence_missing grey.
 
     Returns:
-        ``{"boundary_results_csv": Path, "boundary_results_xlsx": Path}``.
+        ``{"boundary_results_csv": Path, "boundary_results_xlsx": Path}``, plus ``router_flips_csv`` (one row per
+        flipped token row: layer, row, both sides' expert sets, experts lost / gained) for an MoE pair.
     """
     bounds = src.get("boundaries") or []
     rows = [[b.get(k) for k in BOUNDARY_COLUMNS] for b in bounds]
@@ -342,5 +343,13 @@ def write_boundary_tables(src: Dict[str, Any], out_dir: Path) -> Dict[str, Path]
                         for p in points],
                "fills": [GRADE_FILL[Grade.RED] if p.get("class") == "logic-level" else GRADE_FILL[Grade.YELLOW]
                          for p in points]}]
-    return {"boundary_results_csv": csv_path, "boundary_results_xlsx": write_xlsx(out_dir / "boundary_results.xlsx",
-                                                                                  sheets)}
+    out = {"boundary_results_csv": csv_path, "boundary_results_xlsx": write_xlsx(out_dir / "boundary_results.xlsx",
+                                                                                 sheets)}
+    moe = src.get("moe") or {}
+    if moe:   # MoE routing: one row per token row whose top-k expert set flips (header only when none flips)
+        out["router_flips_csv"] = write_csv_rows(out_dir / "router_flips.csv", ROUTER_FLIP_COLUMNS,
+                                                 [[r.get(k) for k in ROUTER_FLIP_COLUMNS] for r in moe.get("rows") or []])
+    return out
+
+
+ROUTER_FLIP_COLUMNS = ("layer", "row", "train_experts", "infer_experts", "lost", "gained", "source_train", "source_infer")

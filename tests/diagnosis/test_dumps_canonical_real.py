@@ -206,7 +206,7 @@ def test_fp16_rollout_is_a_configuration_finding_compared_in_bf16(dumps):
 
 def test_int8_weights_dequantised_weight_sync_excluded(dumps):
     # W8A16 rollout weights: dequantised with weight_scale and judged against half a quantisation step (the
-    # linear outputs differ by the quantisation error; classifying them against its scale is not done yet)
+    # linear outputs against the propagated quantisation error: tests/diagnosis/test_dumps_canonical_more.py)
     an, hyp = _analyse(dumps["ref", "train"], dumps["int8", "infer"])
     (rec,) = an.canonical
     assert rec["kind"] == "quant" and rec["weights"] == 8 and "per channel" in rec["text"]
