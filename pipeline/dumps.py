@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
+from tilake.lake.dump_records import DumpPoint, DumpSummary
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
 from tilake.diagnosis import analyze as A
@@ -83,12 +84,12 @@ def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] 
 
 
 def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_hf_vllm",
-                rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, Any]] = None,
+                rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, str]] = None,
                 request_index: Optional[int] = None, cu_seqlens: Optional[Sequence[int]] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
                 run_id: Optional[str] = None, build: bool = False, charts: bool = True,
-                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
-    """Analyse a pair (+ stub rounds) and write every output. Returns a summary dict.
+                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None) -> DumpSummary:
+    """Analyse a pair (+ stub rounds) and write every output. Returns the :class:`DumpSummary`.
 
     Args:
         card: task-card facts given by the user (``--card key=value``, parsed by the CLI).
@@ -149,14 +150,14 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
             res = build_swapped(lake, select=DUMP_MODELS).raise_if_failed("dbt build of the dump marts failed")
             built = len(res.nodes)
     fd = an.rounds[0]["first_divergence"] if an.rounds else {}
-    return {"verdict": an.verdict, "consistency": an.consistency, "reason": an.verdict_reason,
-            "first_divergence": fd.get("boundary") or fd.get("reason"),
-            "points": [(p["round"], p["boundary"], p["class"]) for p in an.points],
-            "stub_needed": bool((an.stub_instruction or {}).get("needed")),
-            "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built,
-            "suggestions": [x["text"] for x in an.suggestions],
-            "warnings": [n for n in an.notes if "than dump.json declares" in n],
-            "exit_code": exit_status(an)}
+    return DumpSummary(an.verdict, an.consistency, an.verdict_reason,
+                       first_divergence=fd.get("boundary") or fd.get("reason"),
+                       points=[DumpPoint(p["round"], p["boundary"], p["class"]) for p in an.points],
+                       stub_needed=bool((an.stub_instruction or {}).get("needed")),
+                       outputs={k: str(v) for k, v in paths.items()}, lake_rows=written, dbt_nodes=built,
+                       suggestions=[x["text"] for x in an.suggestions],
+                       warnings=[n for n in an.notes if "than dump.json declares" in n],
+                       exit_code=exit_status(an))
 
 
 def map_names() -> List[str]:
@@ -164,8 +165,17 @@ def map_names() -> List[str]:
     return [p.stem for p in M.list_maps()]
 
 
+class StubPrepared(NamedTuple):
+    """What :func:`run_stub_prepare` wrote."""
+
+    # the source tensor files (``<out>/load_source/…``)
+    files: List[str]
+    # the msprobe config whose ``load.path`` points at them (``<out>/msprobe_config.json``)
+    config: str
+
+
 def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
-                     map_name: str = "qwen3_hf_vllm") -> Dict[str, Any]:
+                     map_name: str = "qwen3_hf_vllm") -> StubPrepared:
     """Write the stub's source tensors + an msprobe ``config.json`` whose ``load.path`` points at them.
 
     Raises:
@@ -188,4 +198,4 @@ def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
     cfg["load"] = dict(cfg["load"], path=str(out_dir / "load_source"))
     cfg["dump_path"] = str(out_dir / f"round{instr['round']}_dump")
     atomic_write_json(out_dir / "msprobe_config.json", cfg)
-    return {"files": [str(f) for f in files], "config": str(out_dir / "msprobe_config.json")}
+    return StubPrepared([str(f) for f in files], str(out_dir / "msprobe_config.json"))

@@ -13,6 +13,9 @@ parameters or return are annotated ``Dict[str, Any]`` / ``dict[str, Any]`` / ``M
 bare ``dict`` / ``Dict``, anywhere inside the annotation (``Optional[Dict[str, Any]]``,
 ``List[dict]`` …). Such a seam should take or return a dataclass / NamedTuple instead.
 
+A record's own serialiser (a method named ``to_dict`` / ``to_json``, where a record becomes the
+JSON a file or ``--json`` writes) is the intended exit and is not a seam.
+
 ``ALLOWED`` lists the seams not converted yet, each ``"module:function"``; the test also fails when a
 listed seam is clean (or gone), so the list only shrinks.
 """
@@ -24,6 +27,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 PKG = "tilake"
+SERIALISERS = {"to_dict", "to_json"}
 SKIP_DIRS = {"tests", "bench", "e2e", "examples", "dbt_project", "docs", ".pyroot", ".venv", "build"}
 
 # TODO(#22): 0 seams left to convert to records (count kept beside the list so a review sees it)
@@ -122,7 +126,7 @@ def _seams(index: _Index, module: str, node: ast.AST) -> Iterator[Tuple[str, ast
             yield f"{module}:{node.name}", node
     elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
         for item in node.body:
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name not in SERIALISERS \
                     and (not item.name.startswith("_") or item.name == "__init__"):
                 yield f"{module}:{node.name}.{item.name}", item
 
