@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
-from tilake.lake.dump_records import DumpPoint, DumpSummary
+from tilake.lake.dump_records import DumpPoint, DumpSummary, Pairing, ProbeReport, TaskCard
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
 from tilake.diagnosis import analyze as A
@@ -49,7 +49,7 @@ def _progress():
     return prog, cb
 
 
-def write_dump_outputs(an: "A.Analysis", card: Dict[str, Any], out_dir: Path,
+def write_dump_outputs(an: "A.Analysis", card: TaskCard, out_dir: Path,
                        charts: bool = True) -> Dict[str, Path]:
     """Write the analysis' JSON outputs, then render the reports from ``report_source.json``.
 
@@ -71,8 +71,8 @@ def write_dump_outputs(an: "A.Analysis", card: Dict[str, Any], out_dir: Path,
     return paths
 
 
-def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] = None) -> Dict[str, Any]:
-    """Probe the given sides; writes JSON to ``out`` when given. Returns the probe dict."""
+def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] = None) -> ProbeReport:
+    """Probe the given sides; writes JSON to ``out`` when given. Returns the :class:`ProbeReport`."""
     from tilake.ingest.msprobe.probe import probe
 
     if train is None and infer is None:
@@ -105,7 +105,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     if build and not run_id:
         raise TilakeError("--build needs --run-id (the marts are built from the lake)")
     bmap = M.load_map(map_name)
-    pairing: Dict[str, Any] = {}
+    pairing: Pairing = {}
     if request_index is not None:
         pairing["request_index"] = int(request_index)
     if request_tokens and int(request_tokens[1]) <= int(request_tokens[0]):

@@ -1,19 +1,17 @@
 """Console output of the ``tilake dumps`` commands (rich tables; no tensor values)."""
 from __future__ import annotations
 
-from typing import Any, Dict
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tilake.lake.dump_records import DumpSummary
+from tilake.lake.dump_records import DumpSummary, ProbeReport
 
 # names and reasons come from the dumps: printed with markup=False (or escaped where a line has our
 # own style tags), so a class named "[/bold]" prints as text instead of raising rich's MarkupError
 
 
-def print_probe(res: Dict[str, Any]) -> None:
+def print_probe(res: ProbeReport) -> None:
     """Print a probe result (see :func:`tilake.ingest.msprobe.probe.probe`)."""
     con = Console()
     for side in ("train", "infer"):

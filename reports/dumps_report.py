@@ -16,6 +16,7 @@ from typing import Any, Dict, List
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_text
+from tilake.lake.dump_records import ReportSource
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -143,7 +144,7 @@ def chain_chart(chain: List[Dict[str, Any]], title: str) -> str:
 
 
 
-def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True) -> Dict[str, Path]:
+def render_reports(src: ReportSource, out_dir: Path, charts: bool = True) -> Dict[str, Path]:
     """Render both reports into ``out_dir``; returns ``{"report_md": path, "report_html": path}``."""
     from markupsafe import Markup
 

@@ -35,7 +35,7 @@ from tilake.lake import schema
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.lake.rules import run_record as rules_run_record
-from tilake.ingest.run_facts import versions_from_profiler_info
+from tilake.ingest.run_facts import RunMeta, versions_from_profiler_info
 from tilake.lake.store import Lake, RunWriter
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
                           readable_copy, session_fields, sha256_file, table_rows_json)
@@ -386,7 +386,7 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
     return results
 
 
-def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[Dict] = None,
+def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[RunMeta] = None,
                    allow_missing: bool = False, progress: bool = True,
                    profiler_step: Optional[int] = None, workers: Optional[int] = None,
                    fleet=None) -> IngestResult:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
 from dbt.artifacts.schemas.results import RunStatus, TestStatus
 
 from tilake.lake.store import Lake

@@ -59,3 +59,21 @@ def test_schema_ships_as_package_data():
     globs = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]["tilake"]
     rel = report_schema.SCHEMA_PATH.relative_to(REPO).as_posix()
     assert any(fnmatch.fnmatch(rel, g) for g in globs), (rel, globs)
+
+
+def test_the_record_types_name_the_schema_keys():
+    # tilake.lake.dump_records.ReportSource / BoundaryRow (the typed records of the seam) and the JSON
+    # Schema state the same keys, and report_source() writes exactly the slim boundary keys
+    from tilake.lake.dump_records import BoundaryRow, ReportSource
+
+    schema = json.loads(report_schema.SCHEMA_PATH.read_text(encoding="utf-8"))
+    assert list(ReportSource.__annotations__) == schema["required"]
+    assert list(BoundaryRow.__annotations__) == schema["$defs"]["boundary"]["required"] \
+        == schema["$defs"]["boundary_key"]["enum"]
+
+
+def test_written_boundaries_have_the_record_keys(written):
+    from tilake.lake.dump_records import BoundaryRow
+
+    src = json.loads(written.read_text(encoding="utf-8"))
+    assert src["boundaries"] and all(list(b) == list(BoundaryRow.__annotations__) for b in src["boundaries"])
