@@ -332,8 +332,8 @@ def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, 
 
     res = run_analyze(train, infer, out_dir, map_name, rounds, dict(card), request_index, cu_seqlens,
                       logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens)
-    _echo_json(res) if as_json else print_summary(res)
-    sys.exit(res.get("exit_code") or 0)
+    _echo_json(res.to_dict()) if as_json else print_summary(res)
+    sys.exit(res.exit_code or 0)
 
 
 @dumps_group.command("stub-prepare")
@@ -347,7 +347,7 @@ def dumps_stub_prepare(train, infer, instruction, out_dir, map_name) -> None:
     from tilake.pipeline.dumps import run_stub_prepare
 
     res = run_stub_prepare(train, infer, instruction, out_dir, map_name)
-    click.echo(f"wrote {len(res['files'])} tensor file(s); msprobe config: {res['config']}")
+    click.echo(f"wrote {len(res.files)} tensor file(s); msprobe config: {res.config}")
 
 
 @dumps_group.command("maps")

@@ -26,15 +26,17 @@ from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights  # noq
 from tilake.diagnosis.result import Analysis, RoundInput
 from tilake.diagnosis.rounds import frozen_heap, run_rounds
 from tilake.diagnosis.stubs import prepare_stub_source, stub_instruction, verify_stub  # noqa: F401
+from tilake.lake.dump_records import MeasuredLogprob, Pairing, TaskCard
+from tilake.models.boundary_maps import BoundaryMap
 
 __all__ = ["NOT_COMPARED", "Analysis", "Pair", "RoundInput", "amplification_chain", "analyze_pair", "classify",
            "compare_boundary", "compare_weights", "find_points", "first_divergence", "hypotheses",
            "kernel_fingerprint", "prepare_stub_source", "stub_instruction", "verify_stub"]
 
 
-def analyze_pair(rounds: Sequence[RoundInput], bmap: dict, pairing: Optional[dict] = None,
-                 task_card: Optional[dict] = None, progress: Optional[Callable[[str, int, int], None]] = None,
-                 logprob: Optional[dict] = None) -> Analysis:
+def analyze_pair(rounds: Sequence[RoundInput], bmap: BoundaryMap, pairing: Optional[Pairing] = None,
+                 task_card: Optional[TaskCard] = None, progress: Optional[Callable[[str, int, int], None]] = None,
+                 logprob: Optional[MeasuredLogprob] = None) -> Analysis:
     """Analyse round 0 and every stub round given.
 
     Args:

@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from tilake.lake.schema import DUMP_TABLES as DUMP_OWNED
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
+from tilake.lake.dump_records import TaskCard
 from tilake.diagnosis.analyze import Analysis, RoundInput, amplification_chain
 from tilake.diagnosis.numerics import tensor_stats, torch_threads
 from tilake.ingest.msprobe.reader import DumpSide
@@ -117,7 +118,7 @@ def summary_row(s) -> dict:
             "status": "msprobe_summary", "reason": f"no .pt: msprobe's own {what} from dump.json"}
 
 
-def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInput], card: dict,
+def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInput], card: TaskCard,
                progress: Optional[Callable[[str, int, int], None]] = None) -> Dict[str, int]:
     """Replace ``run_id``'s partitions of the dump tables with this analysis. Returns rows per table.
 

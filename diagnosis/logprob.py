@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from tilake.errors import TilakeError
+from tilake.lake.dump_records import MeasuredLogprob
 
 
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (use a number or null)")
 
 
-def check_logprob(obj: Any, where: Optional[Union[str, Path]] = None) -> Dict[str, Any]:
+def check_logprob(obj: Any, where: Optional[Union[str, Path]] = None) -> MeasuredLogprob:
     """Validate a measured log-prob diff object; returns ``{"mean", "max", "std", "source"}``.
 
     Raises:
@@ -56,7 +57,7 @@ def check_logprob(obj: Any, where: Optional[Union[str, Path]] = None) -> Dict[st
     return out
 
 
-def read_logprob(path: Path) -> Dict[str, Any]:
+def read_logprob(path: Path) -> MeasuredLogprob:
     """Read and validate ``--logprob-json`` (strict JSON: ``NaN`` / ``Infinity`` refused).
 
     Raises:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_text
@@ -24,6 +24,7 @@ from tilake.diagnosis.analyze import Analysis
 from tilake.diagnosis.logprob import strict_json
 from tilake.ingest.msprobe.reader import DumpSide
 from tilake.vocab import EVIDENCE_MISSING, NOT_COMPARED, SKIPPED, BoundaryStatus, Verdict
+from tilake.lake.dump_records import ReportSource, TaskCard
 
 UNKNOWN = "unknown"
 CARD_FIELDS = ("model", "train_backend", "train_backend_version", "infer_backend", "infer_backend_version",
@@ -39,7 +40,7 @@ def _write_json(path: Path, obj: Any) -> Path:
     return atomic_write_text(path, text, mkdir=False)
 
 
-def task_card(train: DumpSide, infer: DumpSide, given: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def task_card(train: DumpSide, infer: DumpSide, given: Optional[Mapping[str, str]] = None) -> TaskCard:
     """Build the task card from what the dumps show plus what the user supplied.
 
     Args:
@@ -50,7 +51,7 @@ def task_card(train: DumpSide, infer: DumpSide, given: Optional[Dict[str, Any]] 
         token ids in the dump (those are not copied anywhere).
     """
     given = dict(given or {})
-    card: Dict[str, Any] = {
+    card: TaskCard = {
         "dumps": {s: {"path": str(d.dir), "step": d.step if d.step is not None else UNKNOWN,
                       "rank": d.rank if d.rank is not None else (d.proc or UNKNOWN),
                       "msprobe_task": d.meta.get("task", UNKNOWN), "msprobe_level": d.meta.get("level", UNKNOWN),
@@ -78,7 +79,7 @@ def boundary_rows_json(an: Analysis) -> List[dict]:
     return out
 
 
-def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
+def report_source(an: Analysis, card: TaskCard) -> ReportSource:
     """The single source of facts for ``alignment_report.{md,html}`` (schema ``tilake.report_source/1``)."""
     r0 = an.rounds[0] if an.rounds else {}
     rows0 = [r for r in an.boundary_rows if r["round"] == 0]
@@ -148,8 +149,8 @@ def report_source(an: Analysis, card: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def write_outputs(an: Analysis, card: Dict[str, Any], out_dir: Path,
-                  src: Optional[Dict[str, Any]] = None) -> Dict[str, Path]:
+def write_outputs(an: Analysis, card: TaskCard, out_dir: Path,
+                  src: Optional[ReportSource] = None) -> Dict[str, Path]:
     """Write the JSON outputs into ``out_dir``; returns name → path.
 
     ``src`` is :func:`report_source` of the same analysis when the caller already has it. The

@@ -22,7 +22,8 @@ from tilake.diagnosis.summary_gate import summary_gate
 from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import MODULE_RE
-from tilake.models.boundary_maps import SIDES, Boundary, expand
+from tilake.lake.dump_records import Pairing
+from tilake.models.boundary_maps import SIDES, Boundary, BoundaryMap, expand
 from tilake.vocab import BoundaryStatus
 
 
@@ -39,7 +40,7 @@ class Pair:
         TilakeError: unreadable dumps, a side with 0 entries, ambiguous proc folders.
     """
 
-    def __init__(self, train: Path, infer: Path, bmap: dict, pairing: Optional[dict] = None) -> None:
+    def __init__(self, train: Path, infer: Path, bmap: BoundaryMap, pairing: Optional[Pairing] = None) -> None:
         self.dumps, self.steps = open_sides(Path(train), Path(infer), bmap, pairing)
         self.dumps, tok_notes = _canonical_tokens(self.dumps, bmap, dict(pairing or {}))
         self.dumps = {s: dequantise(self.dumps[s], s) for s in SIDES}

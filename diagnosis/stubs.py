@@ -10,6 +10,7 @@ from tilake.diagnosis.pair import Pair
 from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
 from tilake.files import atomic_path
+from tilake.lake.dump_records import StubInstruction
 
 
 def stub_instruction(pair: Pair, rows: List[dict], point: dict, round_no: int,
@@ -80,7 +81,7 @@ def _stub_items(pair: Pair, tview, sview, spec: dict, source: str, base: dict) -
     return items
 
 
-def prepare_stub_source(pair: Pair, instruction: dict, out_dir: Path) -> List[Path]:
+def prepare_stub_source(pair: Pair, instruction: StubInstruction, out_dir: Path) -> List[Path]:
     """Write the transformed source tensors where msprobe ``load`` looks for them.
 
     Layout: ``<out>/step{S}/rank{R}/dump_tensor_data/<target_entry>.input.<i>.pt`` (the target

@@ -22,10 +22,52 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TypedDict, Union
 
 from tilake.errors import TilakeError
 from tilake.vocab import INFER_PHASES, TRAIN_PHASES, Phase
+
+# a setting's value as recorded: text, an integer, true/false or a number from the config
+SettingValue = Union[str, int, float, bool, None]
+
+
+class Setting(TypedDict):
+    """One switch of a run (``runs.settings`` JSON holds ``{name: Setting}``)."""
+
+    # the value as the source states it (integers and true/false typed)
+    value: SettingValue
+    # where it was read: ``launch script: <key>``, ``launch env``, ``environment``, ``--setting`` …
+    source: str
+
+
+# the values of one ``runs`` row a caller hands the profiler ingest (tilake.ingest.profiler.load.ingest_profile;
+# columns: tilake.lake.schema ``runs``). All optional: ingest fills host, rules, created_at, kind and the
+# unknowns; ``_metrics`` (the log's mismatch metric rows) goes to ``run_metrics``, and ``stage3`` (a scan's
+# collection outcome) rides along inside ``rl_config``.
+RunMeta = TypedDict("RunMeta", {
+    "run_id": str, "model_id": str, "model_family": str, "step": int, "script_path": str,
+    "collection_method": str, "train_backend": str, "infer_backend": str,
+    "parallel_config": Dict[str, Any], "rl_config": Optional[Dict[str, Any]],
+    "tool_versions": Dict[str, Union[str, bool]], "tags": Dict[str, str], "host": str, "source_path": str,
+    "kind": str, "created_at": Any, "rules": Optional[Dict[str, Any]], "phases": Optional[str],
+    "settings": Dict[str, "Setting"], "log_path": str, "stage3": Dict[str, Any], "_metrics": List["MetricRow"],
+}, total=False)
+
+
+class MetricRow(TypedDict):
+    """One ``run_metrics`` row (without ``run_id``): a mismatch metric an RL log holds at a step."""
+
+    # the logged step (None: a JSONL record without one)
+    step: Optional[int]
+    # the metric key as logged (``rollout_corr/…``)
+    metric: str
+    value: float
+    # the log file read
+    source_path: str
+    # 1-based line of the log
+    line_no: int
+    # console | jsonl
+    format: str
 
 #: phases a kernel can be given (seeds/phase_rules.csv), per side
 PHASES: Dict[str, tuple] = {"train": TRAIN_PHASES, "infer": INFER_PHASES}
@@ -113,7 +155,7 @@ def _keep(key: str) -> bool:
     return key.startswith(METRIC_PREFIXES)
 
 
-def read_rl_metrics(path: Path) -> List[Dict[str, Any]]:
+def read_rl_metrics(path: Path) -> List[MetricRow]:
     """The mismatch metrics an RL log holds (console lines and JSONL, plain or gzip).
 
     Args:
@@ -126,7 +168,7 @@ def read_rl_metrics(path: Path) -> List[Dict[str, Any]]:
         TilakeError: the file cannot be read (names it).
     """
     path = Path(path)
-    rows: List[Dict[str, Any]] = []
+    rows: List[MetricRow] = []
     try:
         with _open_bytes(path) as f:
             for no, raw in enumerate(f, 1):
@@ -153,7 +195,7 @@ def read_rl_metrics(path: Path) -> List[Dict[str, Any]]:
     return rows
 
 
-def _jsonl_rows(line: str, path: Path, no: int) -> List[Dict[str, Any]]:
+def _jsonl_rows(line: str, path: Path, no: int) -> List[MetricRow]:
     try:
         obj = json.loads(line)
     except ValueError:
@@ -178,7 +220,7 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
-def settings_from_script(parsed) -> Dict[str, Dict[str, Any]]:
+def settings_from_script(parsed) -> Dict[str, Setting]:
     """Switches of a parsed launch script (:class:`tilake.ingest.scan.script.ParsedScript`).
 
     Returns:
@@ -187,7 +229,7 @@ def settings_from_script(parsed) -> Dict[str, Dict[str, Any]]:
         prefixes to the launch (``source`` names where: ``override <key>``, ``script variable``,
         ``launch env``).
     """
-    out: Dict[str, Dict[str, Any]] = {}
+    out: Dict[str, Setting] = {}
     cfg, src = parsed.config, parsed.sources
     for key, name in CONFIG_SETTINGS.items():
         v = cfg.get(key)
@@ -205,25 +247,25 @@ def settings_from_script(parsed) -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def settings_from_env(env: Mapping[str, str]) -> Dict[str, Dict[str, Any]]:
+def settings_from_env(env: Mapping[str, str]) -> Dict[str, Setting]:
     """:data:`ENV_SETTINGS` present in ``env`` (the environment a scan runs the script with)."""
     return {k: {"value": env[k], "source": "environment"} for k in ENV_SETTINGS if k in env}
 
 
-def parse_setting_items(items: Iterable[Any]) -> Dict[str, Dict[str, Any]]:
+def parse_setting_items(items: Iterable[Any]) -> Dict[str, Setting]:
     """``--setting KEY=VALUE`` texts (or ``(key, value)`` pairs) → settings (integers and true/false typed).
 
     Raises:
         TilakeError: a text without ``=`` or with an empty key.
     """
-    out = {}
+    out: Dict[str, Setting] = {}
     for item in items:
         if isinstance(item, str):
             if "=" not in item or not item.split("=", 1)[0].strip():
                 raise TilakeError(f"--setting expects KEY=VALUE, got {item!r}")
             item = item.split("=", 1)
         k, v = str(item[0]).strip(), str(item[1]).strip()
-        val: Any = v
+        val: SettingValue = v
         if re.fullmatch(r"-?\d+", v):
             val = int(v)
         elif v.lower() in ("true", "false"):

@@ -20,7 +20,8 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from datetime import datetime
+from typing import Any, Dict, List, Optional, Tuple, TypedDict, Union
 
 from tilake.lake import schema
 from tilake.lake.duck import connect
@@ -69,6 +70,36 @@ def model_family_for(model_path: Optional[Union[str, Path]] = None, model_id: Op
 
 
 # ---------------------------------------------------------------------------------- listing
+
+
+class RunListing(TypedDict):
+    """One run as :func:`list_runs` lists it (``tilake runs``; ``--json`` writes it key for key)."""
+
+    run_id: str
+    # raw ``runs`` holds the run (a profiler ingest) / raw ``dump_runs`` does (a dump analysis)
+    has_profile: bool
+    has_dumps: bool
+    model_id: Optional[str]
+    model_family: Optional[str]
+    step: Optional[int]
+    host: Optional[str]
+    kind: Optional[str]
+    # tool → version (:func:`tool_versions_of`)
+    tool_versions: Dict[str, str]
+    # the run's tags, ``tool.*`` excluded
+    tags: Dict[str, str]
+    # naive UTC
+    created_at: Optional[datetime]
+    # setting name → value (:func:`settings_of`)
+    settings: Dict[str, Any]
+    # None = the default phases
+    phases: Optional[str]
+    train_kernels: Optional[int]
+    infer_kernels: Optional[int]
+    captures: Optional[int]
+    captures_not_usable: Optional[int]
+    dump_verdict: Optional[str]
+    dump_consistency: Optional[str]
 
 _LIST_SQL = """
 with r as (
@@ -181,7 +212,7 @@ def _from_warehouse(lake: Lake) -> Optional[List[Dict[str, Any]]]:
         con.close()
 
 
-def list_runs(lake: Lake, source: str = "auto") -> List[Dict[str, Any]]:
+def list_runs(lake: Lake, source: str = "auto") -> List[RunListing]:
     """Every run of the lake, oldest first.
 
     Args:
@@ -194,7 +225,7 @@ def list_runs(lake: Lake, source: str = "auto") -> List[Dict[str, Any]]:
     as in the registry mart.
 
     Returns:
-        dicts with ``run_id, has_profile, has_dumps, model_id, model_family, step, host, kind,
+        :class:`RunListing` rows: ``run_id, has_profile, has_dumps, model_id, model_family, step, host, kind,
         tool_versions`` (dict, see :func:`tool_versions_of`), ``tags`` (dict, ``tool.*`` excluded),
         ``settings`` (dict name → value, :func:`settings_of`), ``phases`` (None = default),
         ``created_at`` (naive UTC datetime), ``train_kernels, infer_kernels, captures,

@@ -29,7 +29,7 @@ No column is HUGEINT (exports would turn it into floats). Adding a column: appen
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple, TypedDict
 
 Column = Tuple[str, str]
 
@@ -281,6 +281,16 @@ RAW_TABLES: Tuple[RawTable, ...] = (
 # derived views of RAW_TABLES (tests may monkeypatch TABLES entries to simulate a schema change)
 TABLES: Dict[str, List[Column]] = {t.name: [(c, ty) for c, ty, _d in t.columns] for t in RAW_TABLES}
 PARTITIONS: Dict[str, List[str]] = {t.name: list(t.partitions) for t in RAW_TABLES}
+
+
+class Partition(TypedDict, total=False):
+    """The partition values of rows the Python writer writes below ``run_id=…`` (:data:`PARTITIONS`)."""
+
+    # train | infer
+    side: str
+    rank: int
+
+
 # the tables a profiler ingest owns (replaced together when a run is re-ingested)
 PROFILE_TABLES: List[str] = [t.name for t in RAW_TABLES if t.source == "lake"]
 # the tables a dump analysis owns (replaced together when a run's dumps are analysed again)

@@ -415,7 +415,7 @@ class RunWriter:
         self._seq += 1
         return d / f"part-{self._seq:05d}.parquet"
 
-    def copy_query(self, table: str, sql: str, partition: Optional[Dict[str, Any]] = None,
+    def copy_query(self, table: str, sql: str, partition: Optional[schema.Partition] = None,
                    con=None, strings: Iterable[str] = ()) -> int:
         """Write the rows of ``sql`` (must yield the table's columns by name) as one Parquet file.
 
@@ -469,7 +469,7 @@ class RunWriter:
         return name
 
     def write_rows(self, table: str, rows: Iterable[Dict[str, Any]],
-                   partition: Optional[Dict[str, Any]] = None) -> int:
+                   partition: Optional[schema.Partition] = None) -> int:
         """Write Python rows (dicts keyed by column name; missing keys are NULL). Returns the count."""
         tmp = self.rows_table(schema.TABLES[table], rows)
         try:

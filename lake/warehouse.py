@@ -27,9 +27,8 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import yaml
 
@@ -37,6 +36,7 @@ from tilake import settings
 from tilake.errors import TilakeError
 from tilake.files import atomic_path, atomic_write_text
 from tilake.lake.duck import connect
+from tilake.lake.build_result import BuildResult, DbtCounts, DbtNode  # noqa: F401 (re-exported)
 from tilake.lake.build_support import DbtProgress, InterruptGuard, suspect_runs  # noqa: F401 (re-exported)
 from tilake.lake.store import Lake, lake_write_error
 
@@ -195,68 +195,6 @@ def _disk_failure(lake: Lake, res) -> Optional[TilakeError]:
     return None
 
 
-@dataclass
-class BuildResult:
-    """Outcome of one dbt invocation (a node is ``(name, resource type, status, message)``)."""
-
-    # dbt's own verdict
-    success: bool
-    # every node dbt ran, in its order
-    nodes: List[tuple]
-    # nodes whose status is error, fail or runtime error
-    failures: List[tuple] = field(init=False)
-    # nodes whose status is warn
-    warnings: List[tuple] = field(init=False)
-    # incremental models were rebuilt from scratch (asked, or chosen because the project changed)
-    full_refresh: bool = False
-    # dbt's log file (``<lake>/.dbt/logs/dbt.log``): named in failure messages
-    log_path: Optional[Path] = None
-    # the user rules merged into the seeds ({"dir", "sha256", "files"}; tilake.lake.rules), None without
-    rules: Optional[dict] = None
-    # compiled SQL of each failed test ({node name: sql}): read by :func:`suspect_runs`
-    compiled: Dict[str, str] = field(default_factory=dict)
-    # after a failed build: the runs whose data it failed on, with why ([(run_id, why)]; :func:`suspect_runs`)
-    suspects: List[Tuple[str, str]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.failures = [n for n in self.nodes if n[2] in ("error", "fail", "runtime error")]
-        self.warnings = [n for n in self.nodes if n[2] == "warn"]
-
-    def failure_summary(self, limit: int = 3) -> str:
-        """``"node: first message line; …"`` for the first ``limit`` failures (status when no message;
-        after dbt's ``Runtime Error in model …`` header, the line that says what went wrong)."""
-        def first(msg: str) -> str:
-            lines = [x.strip() for x in msg.splitlines() if x.strip()]
-            return lines[1] if len(lines) > 1 and lines[0].startswith(("Runtime Error in", "Database Error in")) \
-                else lines[0]
-        return "; ".join(f"{n[0]}: {first(n[3]) if n[3] and n[3].strip() else n[2]}" for n in self.failures[:limit])
-
-    def suspects_text(self) -> str:
-        """``"; run X: why — remove it with `tilake runs rm X` …"`` for the runs a failed build names, or ``""``."""
-        if not self.suspects:
-            return ""
-        ids = sorted({r for r, _w in self.suspects})
-        why = "; ".join(f"run {r}: {w}" for r, w in self.suspects[:3])
-        rm = " / ".join(f"`tilake runs rm {r}`" for r in ids[:3])
-        return f"; {why} — remove it with {rm} (then ingest it again with a fixed capture)"
-
-    def failure_line(self, what: str = "dbt build failed") -> str:
-        """``"<what> (<failure summary>)<suspects>; dbt log: <path>"``: the one line a failed build prints."""
-        log = f"; dbt log: {self.log_path}" if self.log_path else ""
-        return f"{what} ({self.failure_summary()}){self.suspects_text()}{log}"
-
-    def raise_if_failed(self, what: str = "dbt build failed", path=None) -> "BuildResult":
-        """Return ``self`` when dbt succeeded.
-
-        Raises:
-            TilakeError: :meth:`failure_line`, one line (names the run whose data failed, and
-            ``tilake runs rm RUN``, when :func:`suspect_runs` found it).
-        """
-        if not self.success:
-            raise TilakeError(self.failure_line(what), path=path)
-        return self
-
-
 def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]] = None,
               full_refresh: bool = False, extra: Optional[Sequence[str]] = None,
               progress: bool = True) -> BuildResult:
@@ -330,13 +268,14 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     if res.exception is not None:
         raise TilakeError(f"dbt {command} could not run: {res.exception} (dbt log: {dbt_dir / 'logs' / 'dbt.log'})",
                           path=PROJECT_DIR) from res.exception
-    nodes, compiled = [], {}
+    nodes: List[DbtNode] = []
+    compiled: Dict[str, str] = {}
     for r in getattr(res.result, "results", None) or []:
         node = getattr(r, "node", None)
-        nodes.append((getattr(node, "name", "?"), getattr(node, "resource_type", "?"),
-                      str(getattr(r, "status", "")).lower(), getattr(r, "message", None) or ""))
-        if nodes[-1][2] in ("fail", "error") and str(nodes[-1][1]).endswith("test") and getattr(node, "compiled_code", None):
-            compiled[nodes[-1][0]] = node.compiled_code
+        nodes.append(DbtNode.of(r))
+        if nodes[-1].status in ("fail", "error") and str(nodes[-1].resource_type).endswith("test") \
+                and getattr(node, "compiled_code", None):
+            compiled[nodes[-1].name] = node.compiled_code
     return BuildResult(bool(res.success), nodes, full_refresh=bool(full_refresh or auto_refresh),
                        log_path=dbt_dir / "logs" / "dbt.log", rules=rules, compiled=compiled)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypedDict
 
 import yaml
 
@@ -19,6 +19,15 @@ from tilake.errors import TilakeError
 
 MODELS_DIR = Path(__file__).resolve().parent
 SIDES = ("train", "infer")
+
+# a boundary map as load_map returns it: the YAML's top-level keys (models/qwen3_hf_vllm.yaml documents
+# each) plus ``_path``, the file read; ``boundaries`` / ``weights`` items stay as the YAML states them
+BoundaryMap = TypedDict("BoundaryMap", {
+    "family": str, "pair": str, "reference_side": str, "sides": Dict[str, Any], "dims": Dict[str, Any],
+    "layers": Any, "layer_input": Dict[str, str], "layer_frames": Any, "default": Any,
+    "classification": Dict[str, Any], "boundaries": List[Dict[str, Any]], "weights": List[Dict[str, Any]],
+    "_path": str,
+}, total=False)
 
 
 def list_maps() -> List[Path]:
@@ -35,7 +44,7 @@ def list_maps() -> List[Path]:
     return out
 
 
-def load_map(name_or_path: str) -> dict:
+def load_map(name_or_path: str) -> BoundaryMap:
     """Load a boundary map by file path or by name (``qwen3_hf_vllm``) from ``models/``.
 
     Returns:
@@ -109,7 +118,7 @@ class Boundary:
     stub_none: Optional[str] = None
 
 
-def expand(bmap: dict, n_layers: int, key: str = "boundaries") -> List[Boundary]:
+def expand(bmap: BoundaryMap, n_layers: int, key: str = "boundaries") -> List[Boundary]:
     """Expand a map's boundary (or ``weights``) list for ``n_layers`` layers, in the map's order.
 
     Per-layer items are grouped: all per-layer items of layer 0, then layer 1, …; ``{i}`` is the

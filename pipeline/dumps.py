@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
+from tilake.lake.dump_records import DumpJoin, DumpPoint, DumpSummary, Pairing, ProbeReport, TaskCard
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
 from tilake.diagnosis import analyze as A
@@ -48,8 +49,8 @@ def _progress():
     return prog, cb
 
 
-def write_dump_outputs(an: "A.Analysis", card: Dict[str, Any], out_dir: Path,
-                       charts: bool = True, join: Optional[Dict[str, Any]] = None) -> Dict[str, Path]:
+def write_dump_outputs(an: "A.Analysis", card: TaskCard, out_dir: Path,
+                       charts: bool = True, join: Optional[DumpJoin] = None) -> Dict[str, Path]:
     """Write the analysis' JSON outputs, then render the reports from ``report_source.json`` (and
     ``join``, the profile ⋈ dump facts of :func:`profile_join`; None: not in a lake).
 
@@ -71,7 +72,7 @@ def write_dump_outputs(an: "A.Analysis", card: Dict[str, Any], out_dir: Path,
     return paths
 
 
-def profile_join(lake: Lake, run_id: str) -> Dict[str, Any]:
+def profile_join(lake: Lake, run_id: str) -> DumpJoin:
     """The profile ⋈ dump facts of ``run_id`` for the dump report, read from the warehouse's
     ``fct_boundary_kernels`` (:func:`tilake.reports.alignment.dump_join_facts`): ``joined`` when the lake
     holds a profile of the same run, step, rank and model, else ``refused`` with the reason, or
@@ -89,8 +90,8 @@ def profile_join(lake: Lake, run_id: str) -> Dict[str, Any]:
         con.close()
 
 
-def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] = None) -> Dict[str, Any]:
-    """Probe the given sides; writes JSON to ``out`` when given. Returns the probe dict."""
+def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] = None) -> ProbeReport:
+    """Probe the given sides; writes JSON to ``out`` when given. Returns the :class:`ProbeReport`."""
     from tilake.ingest.msprobe.probe import probe
 
     if train is None and infer is None:
@@ -102,12 +103,12 @@ def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] 
 
 
 def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_hf_vllm",
-                rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, Any]] = None,
+                rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, str]] = None,
                 request_index: Optional[int] = None, cu_seqlens: Optional[Sequence[int]] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
                 run_id: Optional[str] = None, build: bool = False, charts: bool = True,
-                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
-    """Analyse a pair (+ stub rounds) and write every output. Returns a summary dict.
+                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None) -> DumpSummary:
+    """Analyse a pair (+ stub rounds) and write every output. Returns the :class:`DumpSummary`.
 
     Args:
         card: task-card facts given by the user (``--card key=value``, parsed by the CLI).
@@ -123,7 +124,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     if build and not run_id:
         raise TilakeError("--build needs --run-id (the marts are built from the lake)")
     bmap = M.load_map(map_name)
-    pairing: Dict[str, Any] = {}
+    pairing: Pairing = {}
     if request_index is not None:
         pairing["request_index"] = int(request_index)
     if request_tokens and int(request_tokens[1]) <= int(request_tokens[0]):
@@ -169,15 +170,15 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
         if res is not None:
             res.raise_if_failed("dbt build of the dump marts failed")
     fd = an.rounds[0]["first_divergence"] if an.rounds else {}
-    return {"verdict": an.verdict, "consistency": an.consistency, "reason": an.verdict_reason,
-            "first_divergence": fd.get("boundary") or fd.get("reason"),
-            "points": [(p["round"], p["boundary"], p["class"]) for p in an.points],
-            "stub_needed": bool((an.stub_instruction or {}).get("needed")),
-            "outputs": {k: str(v) for k, v in paths.items()}, "lake_rows": written, "dbt_nodes": built,
-            "profile_join": {k: (join or {}).get(k) for k in ("status", "reason")} if join else None,
-            "suggestions": [x["text"] for x in an.suggestions],
-            "warnings": [n for n in an.notes if "than dump.json declares" in n],
-            "exit_code": exit_status(an)}
+    return DumpSummary(an.verdict, an.consistency, an.verdict_reason,
+                       first_divergence=fd.get("boundary") or fd.get("reason"),
+                       points=[DumpPoint(p["round"], p["boundary"], p["class"]) for p in an.points],
+                       stub_needed=bool((an.stub_instruction or {}).get("needed")),
+                       outputs={k: str(v) for k, v in paths.items()}, lake_rows=written, dbt_nodes=built,
+                       profile_join={k: (join or {}).get(k) for k in ("status", "reason")} if join else None,
+                       suggestions=[x["text"] for x in an.suggestions],
+                       warnings=[n for n in an.notes if "than dump.json declares" in n],
+                       exit_code=exit_status(an))
 
 
 def map_names() -> List[str]:
@@ -185,8 +186,17 @@ def map_names() -> List[str]:
     return [p.stem for p in M.list_maps()]
 
 
+class StubPrepared(NamedTuple):
+    """What :func:`run_stub_prepare` wrote."""
+
+    # the source tensor files (``<out>/load_source/…``)
+    files: List[str]
+    # the msprobe config whose ``load.path`` points at them (``<out>/msprobe_config.json``)
+    config: str
+
+
 def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
-                     map_name: str = "qwen3_hf_vllm") -> Dict[str, Any]:
+                     map_name: str = "qwen3_hf_vllm") -> StubPrepared:
     """Write the stub's source tensors + an msprobe ``config.json`` whose ``load.path`` points at them.
 
     Raises:
@@ -209,4 +219,4 @@ def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
     cfg["load"] = dict(cfg["load"], path=str(out_dir / "load_source"))
     cfg["dump_path"] = str(out_dir / f"round{instr['round']}_dump")
     atomic_write_json(out_dir / "msprobe_config.json", cfg)
-    return {"files": [str(f) for f in files], "config": str(out_dir / "msprobe_config.json")}
+    return StubPrepared([str(f) for f in files], str(out_dir / "msprobe_config.json"))

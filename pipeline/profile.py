@@ -15,7 +15,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from tilake import settings
 from tilake.errors import TilakeError
@@ -23,11 +23,15 @@ from tilake.files import check_out_dir
 from tilake.ingest.profiler.discover import (Capture, assign_replica_ranks, assign_worker_ranks, dedupe, discover, explicit,
                                              select_rl_step)
 from tilake.ingest.profiler.load import IngestResult, ingest_profile
+from tilake.ingest.run_facts import RunMeta
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
 from tilake.pipeline.align import align_run, align_stale_runs
 from tilake.vocab import CaptureStatus, Evidence
+
+if TYPE_CHECKING:   # the report module is imported when a report is written (it pulls in jinja2, matplotlib)
+    from tilake.reports.op_diff import OpDiffOutputs
 
 PathLike = Union[str, Path]
 RECORDED = "recorded profiler output"
@@ -207,7 +211,7 @@ def source_description(profiler_output: Optional[Path], train: Sequence[Path] = 
 
 
 def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_dir: Path,
-                run_meta: Optional[Dict] = None, lang: str = "zh", train: Sequence[Path] = (),
+                run_meta: Optional[RunMeta] = None, lang: str = "zh", train: Sequence[Path] = (),
                 infer: Sequence[Path] = (), allow_missing: bool = False,
                 progress: bool = True, profiler_step: Optional[int] = None,
                 rl_step: Optional[int] = None, ray: Optional[str] = None) -> ProfileResult:
@@ -403,7 +407,7 @@ def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = F
     return res, [warning_text(n) for n in res.warnings]
 
 
-def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh") -> Dict[str, Any]:
+def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh") -> "OpDiffOutputs":
     """``tilake report``: the operator diff report of ``run_id`` from the marts (see ``write_report``)."""
     from tilake.reports.op_diff import write_report
 

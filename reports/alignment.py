@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from tilake.lake.dump_records import DumpJoin
 from tilake.vocab import Grade, grade_looks
 
 QUERIES = Path(__file__).resolve().parent / "queries"
@@ -110,7 +111,7 @@ def kernels_text(r: Dict[str, Any]) -> str:
             f"{positions(r['infer_first'], r['infer_last'])}")
 
 
-def dump_join_facts(con, run_id: Optional[str]) -> Dict[str, Any]:
+def dump_join_facts(con, run_id: Optional[str]) -> DumpJoin:
     """The profile ⋈ dump facts of the dump report (``alignment_report.{md,html}``), from ``fct_boundary_kernels``.
 
     Args:
@@ -123,7 +124,7 @@ def dump_join_facts(con, run_id: Optional[str]) -> Dict[str, Any]:
         ``no_profile`` when the warehouse has no ``fct_boundary_kernels`` (no profile was ever built into
         it) or no row of the run, ``no_lake`` when ``con`` is None.
     """
-    out: Dict[str, Any] = {"status": "no_lake", "reason": None, "run_id": run_id, "points": []}
+    out: DumpJoin = {"status": "no_lake", "reason": None, "run_id": run_id, "points": []}
     if con is None or run_id is None:
         return out
     has = con.execute("select count(*) from information_schema.tables where table_schema = 'main' "

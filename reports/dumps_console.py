@@ -1,17 +1,17 @@
 """Console output of the ``tilake dumps`` commands (rich tables; no tensor values)."""
 from __future__ import annotations
 
-from typing import Any, Dict
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from tilake.lake.dump_records import DumpSummary, ProbeReport
 
 # names and reasons come from the dumps: printed with markup=False (or escaped where a line has our
 # own style tags), so a class named "[/bold]" prints as text instead of raising rich's MarkupError
 
 
-def print_probe(res: Dict[str, Any]) -> None:
+def print_probe(res: ProbeReport) -> None:
     """Print a probe result (see :func:`tilake.ingest.msprobe.probe.probe`)."""
     con = Console()
     for side in ("train", "infer"):
@@ -44,22 +44,22 @@ def print_probe(res: Dict[str, Any]) -> None:
         con.print(f"classes only in infer: {', '.join(res['classes_only_infer'])}", markup=False)
 
 
-def print_summary(res: Dict[str, Any]) -> None:
+def print_summary(res: DumpSummary) -> None:
     """Print the outcome of ``tilake dumps analyze``."""
     con = Console()
-    con.print(f"verdict: [bold]{escape(str(res['verdict']))}[/] " + escape(f"({res['consistency']}) — {res['reason']}"))
-    con.print(f"first divergence: {res['first_divergence']}", markup=False)
-    for r, b, c in res["points"]:
+    con.print(f"verdict: [bold]{escape(str(res.verdict))}[/] " + escape(f"({res.consistency}) — {res.reason}"))
+    con.print(f"first divergence: {res.first_divergence}", markup=False)
+    for r, b, c in res.points:
         con.print(f"  point: round {r} {b} — {c or 'class unknown (no tensor: md5/statistics only)'}", markup=False)
-    for x in res.get("suggestions") or []:
+    for x in res.suggestions or []:
         con.print(f"  try: {x}", markup=False)
-    for w in res.get("warnings") or []:
+    for w in res.warnings or []:
         con.print("[yellow]warning[/]: " + escape(str(w)))
-    if res["stub_needed"]:
+    if res.stub_needed:
         con.print("next: apply stub_instruction.json, collect the next round, re-run with --round TRAIN INFER")
-    for k, v in res["outputs"].items():
+    for k, v in res.outputs.items():
         con.print(f"  {k}: {v}", markup=False)
-    if res.get("lake_rows"):
-        rows = res["lake_rows"]   # {table: rows} as text, not a Python dict
+    if res.lake_rows:
+        rows = res.lake_rows   # {table: rows} as text, not a Python dict
         text = ", ".join(f"{k} {v:,}" for k, v in rows.items()) if isinstance(rows, dict) else str(rows)
         con.print(f"  lake rows: {text}", markup=False)

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_text
+from tilake.lake.dump_records import DumpJoin, ReportSource
 from tilake.vocab import BoundaryStatus
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -144,8 +145,8 @@ def chain_chart(chain: List[Dict[str, Any]], title: str) -> str:
 
 
 
-def render_reports(src: Dict[str, Any], out_dir: Path, charts: bool = True,
-                   join: Optional[Dict[str, Any]] = None) -> Dict[str, Path]:
+def render_reports(src: ReportSource, out_dir: Path, charts: bool = True,
+                   join: Optional[DumpJoin] = None) -> Dict[str, Path]:
     """Render both reports into ``out_dir``; returns ``{"report_md": path, "report_html": path}``.
 
     ``join``: the profile ⋈ dump facts (:func:`tilake.reports.alignment.dump_join_facts`, read from the

@@ -14,7 +14,7 @@ import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, TypedDict
 
 from jinja2 import StrictUndefined
 from markupsafe import Markup
@@ -334,14 +334,38 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
         generated_at=generated_at or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
 
 
-def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") -> Dict[str, Any]:
+class OpDiffOutputs(TypedDict):
+    """What :func:`write_report` wrote and counted (one-side-only rows are also in ``grade_counts``)."""
+
+    # train_infer_op_diff_report.md / operator_diff_table.csv
+    report: Path
+    csv: Path
+    # <backend>_runtime_ops.json, train then infer
+    runtime_ops: List[Path]
+    # op_diff_overview.png, None when there was nothing to draw
+    chart: Optional[Path]
+    # grade → comparison rows
+    grade_counts: Dict[str, int]
+    # "<grade>:train" | "<grade>:infer" → rows only one side has
+    one_side: Dict[str, int]
+    # the mart rows the report was rendered from (:func:`load_facts`)
+    facts: Dict[str, Any]
+    # train_infer_op_diff_report.html, its table records, operator_diff_numeric.csv, operator_diff.xlsx
+    html: Path
+    records: List[Dict[str, Any]]
+    numeric_csv: Path
+    xlsx: Path
+    # side → "steps 50 (STEP_TIME; ranks 0, 1)" (profiler steps counted, chosen at ingest)
+    steps: Dict[str, str]
+    # side → device | cpu_ops | host_fallback | evidence_missing
+    evidence: Dict[str, str]
+
+
+def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") -> OpDiffOutputs:
     """Write every operator-diff output of ``run_id`` into ``out_dir``.
 
     Returns:
-        ``{"report": Path, "csv": Path, "runtime_ops": [Path, Path], "chart": Path|None,
-        "steps": {side: "steps 50 (STEP_TIME; ranks 0, 1)"} (profiler steps counted, chosen at ingest),
-        "grade_counts": {grade: rows}, "one_side": {"<grade>:train"|"<grade>:infer": rows},
-        "evidence": {side: evidence}}`` (one-side-only rows are also counted in ``grade_counts``).
+        :class:`OpDiffOutputs`.
     Raises:
         TilakeError: see :func:`load_facts`; ``lang`` not zh/en.
     """

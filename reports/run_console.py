@@ -9,12 +9,15 @@ import contextlib
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
-from tilake.lake.registry import KNOWN_TOOLS
+from tilake.lake.registry import KNOWN_TOOLS, RunListing
 from tilake.reports.captures import ingest_capture_rows, steps_counted
 from tilake.reports.tables import ONE_SIDE_LABEL
 from tilake.vocab import CaptureStatus, Evidence, ExitCode, Grade, grade_looks
+
+if TYPE_CHECKING:
+    from tilake.reports.op_diff import OpDiffOutputs
 
 GRADES = [(g, f"{look.emoji} {g}" if g == Grade.EVIDENCE_MISSING
            else f"{look.emoji} {look.label_zh} / {look.label_en}") for g, look in grade_looks().items()]
@@ -156,7 +159,7 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-def run_fields(r: Dict[str, Any]) -> Dict[str, str]:
+def run_fields(r: RunListing) -> Dict[str, str]:
     """One :func:`tilake.lake.registry.list_runs` row as display strings; tools recorded as
     ``unknown`` are left out (they say nothing)."""
     tools = r.get("tool_versions") or {}
@@ -174,7 +177,7 @@ def run_fields(r: Dict[str, Any]) -> Dict[str, str]:
             "captures": caps, "dumps": _text(r.get("dump_verdict")) if r.get("has_dumps") else ""}
 
 
-def print_runs(runs: List[Dict[str, Any]], console=None, lake_root: Optional[Path] = None) -> None:
+def print_runs(runs: List[RunListing], console=None, lake_root: Optional[Path] = None) -> None:
     """``tilake runs``: a table (one row per run) from :data:`WIDE` columns, else one block per run
     (the run id alone on its line, never wrapped; under it model · step · host · created, then kernels ·
     captures · dumps, tools and tags, indented and wrapped at spaces).
@@ -242,7 +245,7 @@ def print_build(res, warnings) -> None:
     print(f"dbt build: {len(res.nodes)} nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
 
 
-def print_report_paths(out: Dict[str, Any]) -> None:
+def print_report_paths(out: "OpDiffOutputs") -> None:
     """``tilake report``'s lines: every file written (Markdown report, chart, CSV, runtime-ops JSON, then the
     HTML page, numeric CSV and xlsx when they were written), one ``<kind>: <path>`` line each on stdout."""
     lines = [("report", out["report"]), ("chart", out.get("chart")), ("csv", out["csv"])]

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
 from tilake.lake.duck import connect
+from tilake.lake.dump_records import ReportSource
 from tilake.reports.escape import csv_cell
 from tilake.reports.labels import both, grade_palette, label
 from tilake.vocab import BoundaryStatus, Evidence, Grade, grade_look
@@ -318,7 +319,7 @@ def write_op_diff_tables(facts: Dict[str, Any], out_dir: Path, records: List[Dic
     return {"numeric_csv": csv_path, "xlsx": write_xlsx(out_dir / "operator_diff.xlsx", sheets)}
 
 
-def write_boundary_tables(src: Dict[str, Any], out_dir: Path) -> Dict[str, Path]:
+def write_boundary_tables(src: ReportSource, out_dir: Path) -> Dict[str, Path]:
     """``boundary_results.csv`` and ``boundary_results.xlsx`` from ``report_source.json``'s boundaries.
 
     One row per boundary per round (:data:`BOUNDARY_COLUMNS`; shapes as ``4×1024``, ULP and diffs as

@@ -25,7 +25,7 @@ import json
 import zlib
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, TypedDict, Union
 
 from tilake.synth.db import HCCL_GROUP, write_profiler_db
 from tilake.synth.population import PHASE_MARKS, infer_population, train_population, with_verl_marks
@@ -214,6 +214,19 @@ def pt_dir_name(worker: str, pid: int, start_ns: int) -> str:
     return f"{worker}_{pid}_{_ts(start_ns)}_ascend_pt"
 
 
+
+class SynthOutput(TypedDict):
+    """What :func:`make_profiler_output` wrote (see its Returns)."""
+
+    # the profiler_output folder
+    root: str
+    # one dict per training rank / rollout replica (rank, dir, form, db, summary, raw_files | text)
+    train: List[Dict[str, Any]]
+    infer: List[Dict[str, Any]]
+    # the figures a test expects of one rank/replica (kernels, op types, host ops, parsed ranks)
+    expected: Dict[str, Any]
+
+
 def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_form: str = "db",
                          infer_replicas: int = 1, level: str = "level1", infer_level: str = "level1",
                          unparsed_train_ranks: Sequence[int] = (), seed: int = 0, job: Optional[JobConfig] = None,
@@ -222,7 +235,7 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
                          session_end: str = "ok", with_stack: bool = True, with_mstx: bool = True,
                          infer_with_stack: bool = True, device_tables: str = "full",
                          attribution_probe: bool = True, host_name: str = "node-0",
-                         start_ns: Optional[int] = None, phase_marks: str = "mstx") -> dict:
+                         start_ns: Optional[int] = None, phase_marks: str = "mstx") -> SynthOutput:
     """Write a verl ``profiler_output/`` folder for the reference job.
 
     Args:
@@ -268,7 +281,7 @@ def make_profiler_output(root: Union[str, Path], *, train_ranks: int = 1, infer_
     t0 = start_ns if start_ns is not None else DEFAULT_START_NS
     db_opts = dict(schema=schema, block_columns=block_columns, wal=wal, session_end=session_end,
                    device_tables=device_tables)
-    result = {"root": str(root), "train": [], "infer": []}
+    result: SynthOutput = {"root": str(root), "train": [], "infer": [], "expected": {}}
     for rank in range(train_ranks):
         rs = t0 + rank * 1_000_000
         pid = 3_217_657 + 97 * rank

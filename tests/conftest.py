@@ -18,3 +18,12 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"shared data folder not found at {SHARED} (it sits beside the repository)")
     return SHARED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _report_source_matches_its_schema():
+    """Every ``report_source.json`` a test writes is validated against its JSON Schema (tests/fixtures/report_schema.py)."""
+    from report_schema import validating_writes
+
+    with validating_writes():
+        yield

@@ -17,12 +17,13 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from tilake.ingest.run_facts import RunMeta
 from tilake.workloads.tiny_qwen3 import TinyQwen3, TinyQwen3Config
 
 TRAIN_ROLE = "actor_update"
@@ -114,7 +115,7 @@ def run_rl_step(out: Path, device: Optional[str] = None, rank: int = 0, batch: i
     return StepTraces(train_path, infer_path, dev, torch.__version__, float(loss.detach().cpu()), gen)
 
 
-def run_meta(traces: StepTraces) -> Dict:
+def run_meta(traces: StepTraces) -> RunMeta:
     """``runs`` row values describing this workload (the report's collection-method field says what it is)."""
     cfg = TinyQwen3Config()
     evidence = ("CUDA kernels (cat kernel)" if traces.device == "cuda"

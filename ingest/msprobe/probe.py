@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from tilake.ingest.msprobe.reader import API_RE, MODULE_RE, DumpSide
+from tilake.lake.dump_records import ProbeReport, ProbeSide
 
 FUSED_HINTS = ("qkv", "gate_up", "linear_fc1", "merged", "fused", "packed")
 WRAPPERS = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "module")
 
 
-def probe_side(dump: DumpSide, samples: int = 3) -> Dict[str, Any]:
+def probe_side(dump: DumpSide, samples: int = 3) -> ProbeSide:
     """Summarise one side's naming. Returns a JSON-able dict (no tensor values)."""
     classes: Counter = Counter()
     prefixes: Counter = Counter()
@@ -108,9 +109,9 @@ def _count_tensors(value: Any) -> int:
     return 0
 
 
-def probe(train: Path, infer: Path = None) -> Dict[str, Any]:
+def probe(train: Path, infer: Path = None) -> ProbeReport:
     """Probe one or both sides. Returns ``{"train": {...}, "infer": {...}}`` (sides given only)."""
-    out: Dict[str, Any] = {}
+    out: ProbeReport = {}
     if train is not None:
         out["train"] = probe_side(DumpSide(Path(train), "train"))
     if infer is not None:

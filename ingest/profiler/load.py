@@ -35,20 +35,19 @@ from tilake.lake import schema
 from tilake.lake.duck import connect
 from tilake.errors import TilakeError
 from tilake.lake.rules import run_record as rules_run_record
-from tilake.ingest.run_facts import versions_from_profiler_info
+from tilake.ingest.run_facts import RunMeta, versions_from_profiler_info
 from tilake.lake.store import Lake, RunWriter
 from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
                           readable_copy, session_fields, sha256_file, table_rows_json)
 from tilake.ingest.profiler.capture import identity_notes
 from tilake.ingest.profiler.discover import Capture
+from tilake.ingest.profiler.evidence import USABLE, SideEvidence, side_evidence
 from tilake.ingest.profiler.metadata import empty_reason, parallel_groups, parallel_layout, read_metadata
 from tilake.ingest.profiler.steps import (StepCounts, StepMarks, assign_steps, common_steps, db_step_marks,
                                           restrict, stage_launch_times, text_step_marks)
 from tilake.ingest.profiler.text import load_text
 from tilake.ingest.torch.load import ingest_trace
 from tilake.vocab import CaptureStatus, Evidence
-
-USABLE = (CaptureStatus.OK, CaptureStatus.HOST_FALLBACK)
 
 
 @dataclass
@@ -75,16 +74,24 @@ class IngestResult:
     """Outcome of one ingest: per-capture results and per-side evidence.
 
     Attributes:
-        side_evidence: side → ``device`` | ``cpu_ops`` (CPU-only torch traces: CPU ops stand for
-            kernels) | ``host_fallback`` | ``evidence_missing``.
-        side_reason: side → why evidence is missing (empty when present).
+        sides: side → :class:`~tilake.ingest.profiler.evidence.SideEvidence` (the rule:
+            :func:`~tilake.ingest.profiler.evidence.side_evidence`).
     """
 
     run_id: str
     captures: List[CaptureResult] = field(default_factory=list)
-    side_evidence: Dict[str, str] = field(default_factory=dict)
-    side_reason: Dict[str, str] = field(default_factory=dict)
+    sides: Dict[str, SideEvidence] = field(default_factory=dict)
     notes: List[str] = field(default_factory=list)  # side-level lines: workers merged, steps counted
+
+    @property
+    def side_evidence(self) -> Dict[str, str]:
+        """side → ``device`` | ``cpu_ops`` | ``host_fallback`` | ``evidence_missing``."""
+        return {s: e.evidence for s, e in self.sides.items()}
+
+    @property
+    def side_reason(self) -> Dict[str, str]:
+        """side → why evidence is missing (empty when present)."""
+        return {s: e.reason for s, e in self.sides.items()}
 
     @property
     def kernels(self) -> int:
@@ -380,7 +387,7 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
     return results
 
 
-def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[Dict] = None,
+def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[RunMeta] = None,
                    allow_missing: bool = False, progress: bool = True,
                    profiler_step: Optional[int] = None, workers: Optional[int] = None,
                    fleet=None) -> IngestResult:
@@ -446,23 +453,11 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             row.setdefault("backend", {"db": "ascend_db", "text": "ascend_text"}.get(row["source_kind"]))
             res.reason = reason
             w.write_rows("captures", [row], {"side": res.capture.side, "rank": res.capture.rank})
-        for side in ("train", "infer"):
-            mine = [c for c in result.captures if c.capture.side == side]
-            usable = [c for c in mine if c.status in USABLE]
-            if usable:
-                result.side_evidence[side] = (
-                    Evidence.DEVICE if any(c.status == CaptureStatus.OK and c.evidence != Evidence.CPU_OPS
-                                           for c in usable)
-                    else Evidence.CPU_OPS if any(c.status == CaptureStatus.OK for c in usable)
-                    else Evidence.HOST_FALLBACK)
-                result.side_reason[side] = ""
-                continue
-            why = (f"{mine[0].capture.path}: {mine[0].reason}" if mine
-                   else f"no {side} capture was found")
-            result.side_evidence[side] = Evidence.MISSING
-            result.side_reason[side] = why
-            if not allow_missing:
-                raise TilakeError(f"{side} side has no device evidence — {why}")
+        for side in ("train", "infer"):   # the one home of the rule; int_sides_evidenced reads the record
+            ev = side_evidence(side, result.captures)
+            result.sides[side] = ev
+            if ev.missing and not allow_missing:
+                raise TilakeError(f"{side} side has no device evidence — {ev.reason}")
         # torch_npu / CANN versions of the capture (profiler_info_*.json) where the caller recorded none
         found = versions_from_profiler_info(c.pt_dir for c in captures)
         if found:

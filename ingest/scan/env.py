@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from tilake.ingest.scan.seam import NpuProbe
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript
@@ -171,9 +171,10 @@ def failed(checks: List[Check]) -> List[Check]:
     return [c for c in checks if c.required and not c.ok]
 
 
-def tool_versions(probe: NpuProbe) -> Dict[str, Any]:
-    """``runs.tool_versions`` JSON content from a probe (seam name and realness included)."""
-    out: Dict[str, Any] = {k: v for k, v in (probe.packages or {}).items() if v}
+def tool_versions(probe: NpuProbe) -> Dict[str, Union[str, bool]]:
+    """``runs.tool_versions`` JSON content from a probe: package → version text, ``npu_seam`` (text) and
+    ``npu_seam_real`` / ``msprof_text_exports_db`` (true/false)."""
+    out: Dict[str, Union[str, bool]] = {k: v for k, v in (probe.packages or {}).items() if v}
     if probe.torch:
         out["torch"] = probe.torch
     if probe.torch_npu:

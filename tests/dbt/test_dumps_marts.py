@@ -38,8 +38,8 @@ def test_marts_match_python(tmp_path):
     res = run_analyze(rounds[0].train, rounds[0].infer, tmp_path / "out", rounds=[(r.train, r.infer) for r in rounds[1:]],
                       card={"model": "gen"}, lake_path=lake.root, run_id="gen-scale", build=True, charts=False,
                       show_progress=False)
-    assert res["lake_rows"]["tensor_stats"] > 0 and res["lake_rows"]["stub_rounds"] == 2
-    assert res["dbt_nodes"] and res["points"] == [(0, "L0.attn_core.out", "logic-level"), (1, "L1.attn_core.out", "logic-level")]
+    assert res.lake_rows["tensor_stats"] > 0 and res.lake_rows["stub_rounds"] == 2
+    assert res.dbt_nodes and res.points == [(0, "L0.attn_core.out", "logic-level"), (1, "L1.attn_core.out", "logic-level")]
     # the SQL unit tests ran and passed as part of a build
     bres = dbt_build(lake, command="test", select=DUMP_MODELS)
     assert bres.success, bres.failures

@@ -25,7 +25,7 @@ def analysed(tmp_path_factory):
 
 def test_csv_rows_match_the_json(analysed):
     out, res = analysed
-    assert res["outputs"]["boundary_results_csv"] == str(out / "boundary_results.csv")
+    assert res.outputs["boundary_results_csv"] == str(out / "boundary_results.csv")
     rows = list(csv.DictReader((out / "boundary_results.csv").read_text(encoding="utf-8-sig").splitlines()))
     src = json.loads((out / "report_source.json").read_text(encoding="utf-8"))["boundaries"]
     assert list(rows[0]) == list(BOUNDARY_COLUMNS)
@@ -53,4 +53,4 @@ def test_xlsx_status_fills_and_points(analysed):
     exact = next(r for r in cells.values() if r[st].value == "EXACT")
     assert exact[st].fill.start_color.rgb.endswith(GRADE_FILL["green"])
     pts = list(wb["difference points"].iter_rows(min_row=2, values_only=True))
-    assert [(p[0], p[1], p[2]) for p in pts] == [tuple(p) for p in res["points"]]
+    assert [(p[0], p[1], p[2]) for p in pts] == [tuple(p) for p in res.points]

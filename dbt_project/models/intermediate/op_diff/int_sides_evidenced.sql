@@ -1,7 +1,11 @@
 -- grain: run × side (train, infer). Evidence for the side: device | cpu_ops | host_fallback | evidence_missing,
 -- with rank coverage (ranks with usable captures vs all ranks seen) and the reasons otherwise.
+-- The evidence rule has one home: the profiler ingest decides it per side (ingest/profiler/load.py,
+-- ingest_profile; it must, to refuse a side without evidence before the lake changes) and records it in
+-- runs.rl_config._evidence.side_evidence; this model reads that decision and never re-derives it.
 with sides as (
-    select r.run_id, s.side
+    select r.run_id, s.side,
+           json_extract_string(r.rl_config, '$._evidence.side_evidence.' || s.side) as evidence
     from {{ ref('int_runs_versioned') }} r
     cross join (values ('train'), ('infer')) s (side)
     where r.has_profile
@@ -10,10 +14,6 @@ caps as (
     select run_id, side,
            count(distinct rank) as ranks_seen,
            count(distinct rank) filter (where status in ('ok', 'host_fallback')) as ranks_usable,
-           -- CPU-only torch traces (schema_variant …+cpu_only): CPU ops stand for kernels, labelled cpu_ops
-           bool_or(status = 'ok' and coalesce(schema_variant, '') not like '%+cpu_only%') as any_device,
-           bool_or(status = 'ok') as any_ok,
-           bool_or(status = 'host_fallback') as any_host_fallback,
            list_sort(list(distinct rank) filter (where status not in ('ok', 'host_fallback'))) as ranks_missing,
            string_agg(distinct status || ': ' || reason, ' | ' order by status || ': ' || reason)
                filter (where status not in ('ok')) as reasons,
@@ -25,10 +25,8 @@ caps as (
 )
 select
     s.run_id, s.side,
-    case when c.any_device then 'device'
-         when c.any_ok then 'cpu_ops'
-         when c.any_host_fallback then 'host_fallback'
-         else 'evidence_missing' end as evidence,
+    -- a runs row ingest did not write (no recorded decision) has no evidence to show
+    coalesce(s.evidence, 'evidence_missing') as evidence,
     coalesce(c.ranks_seen, 0) as ranks_seen,
     coalesce(c.ranks_usable, 0) as ranks_usable,
     c.ranks_missing,
