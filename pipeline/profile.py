@@ -26,7 +26,6 @@ from tilake.ingest.profiler.load import IngestResult, ingest_profile
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
-from tilake.pipeline.align import align_run, align_stale_runs
 
 PathLike = Union[str, Path]
 RECORDED = "recorded profiler output"
@@ -250,6 +249,8 @@ def _build_after_ingest(lake: Lake, run_id: str) -> Tuple[BuildResult, Any]:
             build = build_swapped(lake)
         except DbtInterrupted as exc:
             raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
+        from tilake.pipeline.align import align_run   # numpy: imported on the build path only
+
         alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
     return build, alignment
 
@@ -398,6 +399,8 @@ def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = F
     with lake.writing():
         res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
         if res.success:
+            from tilake.pipeline.align import align_stale_runs   # numpy: imported on the build path only
+
             align_stale_runs(lake)   # runs ingested step by step get their kernel alignment here
     return res, [warning_text(n) for n in res.warnings]
 
