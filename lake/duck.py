@@ -118,6 +118,13 @@ def connect_private(database: Union[str, Path]) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def with_sqlite(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """``con`` with DuckDB's SQLite scanner loaded (a no-op once loaded). Loaded on demand by the profiler-DB
+    readers: the first LOAD costs ~0.3 CPU-s and ~5 MiB, which a torch-trace ingest never needs."""
+    con.execute(f"LOAD {sql_str(sqlite_extension_path())}")
+    return con
+
+
 def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> Optional[int]:
     """The connection's DuckDB ``memory_limit`` in bytes (``current_setting`` prints e.g. ``232.6 MiB``);
     None when it is unlimited or not a size."""

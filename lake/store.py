@@ -395,9 +395,9 @@ class RunWriter:
 
     @property
     def con(self):
-        """A private in-memory DuckDB connection (SQLite scanner loaded) for staging work."""
+        """A private in-memory DuckDB connection for staging work (SQLite scanner: :func:`.duck.with_sqlite`)."""
         if self._con is None:
-            self._con = connect(sqlite=True)
+            self._con = connect()
         return self._con
 
     def _target(self, table: str, partition: Dict[str, Any]) -> Path:

@@ -30,8 +30,6 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import yaml
-
 from tilake import settings
 from tilake.errors import TilakeError
 from tilake.files import atomic_path, atomic_write_text
@@ -332,6 +330,8 @@ def _copy(lake: Lake, work: Path) -> Path:
 
 def _swap_profile(lake: Lake, warehouse: Path) -> Path:
     """Step 4: write ``<lake>/.dbt/swap-profile/profiles.yml``, the bundled profile with ``path`` → ``warehouse``."""
+    import yaml   # here, not at import: the ingest path never builds (start-up, bench/README.md)
+
     prof = yaml.safe_load((PROJECT_DIR / "profiles.yml").read_text(encoding="utf-8"))
     for target in prof["tilake"]["outputs"].values():
         # dbt renders profiles with Jinja: hand it the lake through its safe root (see dbt_lake_root)

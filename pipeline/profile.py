@@ -27,7 +27,6 @@ from tilake.ingest.run_facts import RunMeta
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
-from tilake.pipeline.align import align_run, align_stale_runs
 from tilake.vocab import CaptureStatus, Evidence
 
 if TYPE_CHECKING:   # the report module is imported when a report is written (it pulls in jinja2, matplotlib)
@@ -255,6 +254,8 @@ def _build_after_ingest(lake: Lake, run_id: str) -> Tuple[BuildResult, Any]:
             build = build_swapped(lake)
         except DbtInterrupted as exc:
             raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
+        from tilake.pipeline.align import align_run   # numpy: imported on the build path only
+
         alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
     return build, alignment
 
@@ -403,6 +404,8 @@ def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = F
     with lake.writing():
         res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
         if res.success:
+            from tilake.pipeline.align import align_stale_runs   # numpy: imported on the build path only
+
             align_stale_runs(lake)   # runs ingested step by step get their kernel alignment here
     return res, [warning_text(n) for n in res.warnings]
 

@@ -36,7 +36,7 @@ from tilake.errors import TilakeError
 from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
 from tilake.ingest.profiler.names import clean_text, derived_op_type
 from tilake.ingest.profiler.rows import check_tables, dedupe_strings, explain
-from tilake.lake.duck import sql_str, sqlite_ro
+from tilake.lake.duck import sql_str, sqlite_ro, with_sqlite
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 API_TYPE_OP = 50001
@@ -230,7 +230,7 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
         TilakeError: the SQLite scanner cannot read a required table (malformed file); a row kind
             that is refused (:mod:`.rows`: no STRING_IDS, ambiguous ids, non-UTF-8 text).
     """
-    con = writer.con
+    con = with_sqlite(writer.con)
     shown = shown or db
     say = say or (lambda text: None)
     res = DbResult(probe=pr)

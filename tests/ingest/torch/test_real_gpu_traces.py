@@ -261,3 +261,33 @@ def test_cross_vendor_pair_groups_by_what_the_kernels_compute(lake):
     assert "other" not in by and "uncategorized" not in by
     assert [m for m, v in by.items() if v[2] is not None] == []
     assert by["linear"][0] > 0 and by["linear"][1] > 0 and by["attention"][0] > 0 and by["attention"][1] > 0
+
+
+@pytest.mark.parametrize("how", ["--train DIR", "positional DIR"])
+def test_hf_trace_with_a_large_header_before_traceevents_is_found_by_content(shared_dir, tmp_path, how):
+    """The real HF Qwen trace starts with a 26 KB ``metadata`` object before ``traceEvents``: under a neutral
+    name it is still found by its top-level keys, by ``find_traces`` and by ``tilake ingest`` on the folder."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from tilake.cli import main
+    from tilake.ingest.torch.find import find_traces
+
+    src = shared_dir / REAL / "xvendor_hf_qwen15_h100_vs_mi300x" / "train" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    if not src.is_file():
+        pytest.skip(f"real HF trace not found at {src}")
+    with gzip.open(src) as fh:
+        head = fh.read(1 << 16)
+    assert head.lstrip().startswith(b'{\n  "metadata"') and head.find(b'"traceEvents"') > 4096  # the case
+    d = tmp_path / "caps"
+    d.mkdir()
+    shutil.copyfile(src, d / "rank-0.json.gz")
+    (d / "config.json").write_text(json.dumps({"model_type": "qwen2", "metadata": {"traceEvents": []}}))
+    assert [p.name for p, _ in find_traces(d)] == ["rank-0.json.gz"]
+    args = ["--train", d] if how == "--train DIR" else [d]
+    r = CliRunner().invoke(main, ["ingest", *map(str, args), "--allow-missing", "--run-id", "hf",
+                                  "--lake", str(tmp_path / "lake")])
+    assert r.exit_code == 0, r.output
+    kernels = _rows(Lake(tmp_path / "lake"), "kernels", "hf")
+    assert len(kernels) == expected(src)["kernels"] > 0
