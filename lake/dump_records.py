@@ -134,6 +134,7 @@ BoundaryRow = TypedDict("BoundaryRow", {
     "logic_rows_count": Optional[int], "logic_cols": Optional[List[int]], "logic_cols_count": Optional[int],
     "row_tensor_ulp": Optional[List[float]], "cosine": Optional[float], "risk": Optional[str],
     "downcast": Optional[Any], "precision_downgrade": Optional[bool], "constant_rows": Optional[Any],
+    "quant_error": Optional[Dict[str, Any]],
 })
 
 # one link of an amplification chain: a boundary after the first divergence and its growth
@@ -148,6 +149,7 @@ PointRow = TypedDict("PointRow", {
     "logic_rows": List[int], "logic_cols": List[int], "cosine": Optional[float], "op": Optional[str],
     "precision_downgrade": Optional[bool], "constant_rows": Optional[Any], "chain": List[ChainLink],
     "risk": Optional[str], "risk_rule": Optional[str], "risk_reason": Optional[str],
+    "quant_error": Optional[Dict[str, Any]],
 }, total=False)
 
 
@@ -198,12 +200,15 @@ class ReportSource(TypedDict):
     summary: Dict[str, Any]
     token_ids: Dict[str, Any]
     canonical: List[Dict[str, Any]]
+    # MoE router comparison (tilake.diagnosis.moe); None for a dense model
+    moe: Optional[Dict[str, Any]]
     suggestions: List[Dict[str, Any]]
     first_divergence: Optional[Dict[str, Any]]
     amplification_chain: List[ChainLink]
     points: List[PointRow]
     logic_level_points: List[str]
     rounding_level_points: List[str]
+    quantisation_level_points: List[str]
     suspects: List[Any]
     # {round, boundary, status, reason} per boundary without evidence
     evidence_missing: List[Dict[str, Any]]

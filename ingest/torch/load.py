@@ -287,7 +287,6 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, ve
     links: Dict[str, int] = {}
     if device:
         links = _link_kernels(con, t, tag, scan)
-        first = f'(SELECT ext_id, min(idx) AS idx FROM "{t["ops"]}" WHERE ext_id IS NOT NULL GROUP BY ext_id)'
         replay = "k.link_kind = 'graph_replay'"
         nk = writer.copy_query("kernels", f"""
             SELECT {cid} AS capture_id, 'trace' AS source_kind, k.idx AS global_task_id,
