@@ -112,6 +112,11 @@ class _Group(click.Group):
             from tilake.pipeline.failures import sigterm_as_interrupt; sigterm_as_interrupt()  # noqa: E702
             with quiet_broken_pipe():
                 return super().invoke(ctx)
+        except click.MissingParameter as exc:   # one line, not click's usage block (exit 2 as click's)
+            msg = exc.format_message().rstrip(".")
+            where = exc.ctx.command_path if exc.ctx is not None else "tilake"
+            click.echo(f"error: {msg[:1].lower()}{msg[1:]} ({where} --help)", err=True)
+            sys.exit(2)
         except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
             line = __import__("tilake.pipeline.failures", fromlist=["_"]).error_line(exc, ctx.invoked_subcommand)
             if line is None:
@@ -428,7 +433,7 @@ def runs_rm(ctx, run_id, no_build, lake_path) -> None:
 def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
     """What changed from BASE_RUN_ID to RUN_ID: kernels added/removed, grades, first divergence."""
     from tilake.lake.registry import diff_runs
-    from tilake.lake.sql import print_result
+    from tilake.reports.sql_console import print_result
 
     out = diff_runs(_lake(lake_path or ctx.obj.get("lake_path")), base_run_id, run_id)
     for name, (cols, rows) in out.items():
@@ -453,7 +458,7 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
 @LAKE_OPTION
 def sql_cmd(query, fmt, output, max_rows, allow_external_access, lake_path) -> None:
     """Read-only SQL over the warehouse marts (raw tables as raw_<table>); no QUERY opens a shell."""
-    from tilake.lake.sql import sql_command
+    from tilake.reports.sql_console import sql_command
     sys.exit(sql_command(_lake(lake_path), query, fmt, output, max_rows, allow_external_access))
 
 

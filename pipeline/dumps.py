@@ -16,6 +16,8 @@ from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
+from tilake.progress import label_callback
+from tilake.reports.progress_console import steps_bar
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
 from tilake.diagnosis import outputs as O
@@ -28,24 +30,6 @@ from tilake.diagnosis.suggest import exit_status
 # leaves the warehouse current for them (registry.warehouse_is_current trusts the file's mtime)
 DUMP_MODELS = ["path:models/marts/dumps", "fct_run_registry", "fct_run_divergence", "fct_change_divergence",
                "fct_change_divergence_any"]
-
-
-def _progress():
-    """A rich progress bar (on stderr) and its callback ``(label, done, total)``."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    prog = Progress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=True)
-    tasks: Dict[str, int] = {}
-
-    def cb(label: str, done: int, total: int) -> None:
-        key = label.split(":")[0]
-        if key not in tasks:
-            tasks[key] = prog.add_task(label[:48], total=total)
-        prog.update(tasks[key], completed=done + 1, total=total, description=label[:48])
-
-    return prog, cb
 
 
 def write_dump_outputs(an: "A.Analysis", card: Dict[str, Any], out_dir: Path,
@@ -122,19 +106,14 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     with contextlib.ExitStack() as held:
         if lake is not None:   # first: a read-only or busy lake is said before the analysis, not after it
             held.enter_context(lake.writing())   # one lock, one ensure: lake rows, then the dump marts
-        prog, cb = _progress() if show_progress else (None, None)
-        if prog:
-            prog.start()
-        try:
+        with steps_bar(show_progress) as prog:
+            cb = label_callback(prog) if show_progress else None
             an = A.analyze_pair(rins, bmap, pairing, card, cb, logprob)
             written = {}
             if lake is not None:
                 from tilake.diagnosis.lake_rows import write_lake
 
                 written = write_lake(lake, run_id, an, rins, card, cb)
-        finally:
-            if prog:
-                prog.stop()
         first = next((r for r in an.boundary_rows if r["round"] == 0 and r.get("train_shape")), None)
         card["observed"] = {
             "token_rows": ({s: (first.get(f"{s}_shape") or [None])[0] for s in ("train", "infer")} if first

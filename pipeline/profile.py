@@ -27,6 +27,7 @@ from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
 from tilake.pipeline.align import align_run, align_stale_runs
+from tilake.reports.progress_console import ingest_bar
 
 PathLike = Union[str, Path]
 RECORDED = "recorded profiler output"
@@ -235,8 +236,9 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
         meta = dict(run_meta or {})
         meta.setdefault("source_path", source_description(profiler_output, train, infer))
         with lake.writing():   # one lock, one ensure: ingest and build
-            ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
-                                 profiler_step=profiler_step, fleet=fleet)
+            with ingest_bar(progress) as bar:
+                ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=bar,
+                                     profiler_step=profiler_step, fleet=fleet)
             stack.close()      # Ray is left before the dbt build
             build, alignment = _build_after_ingest(lake, run_id)
     build.raise_if_failed(path=lake.root)
@@ -244,13 +246,13 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
 
 
 def _build_after_ingest(lake: Lake, run_id: str) -> Tuple[BuildResult, Any]:
-    """dbt build (swapped in atomically), then the kernel alignment rows of ``run_id`` when it succeeded."""
-    with lake.writing():
-        try:
-            build = build_swapped(lake)
-        except DbtInterrupted as exc:
-            raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
-        alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
+    """dbt build (swapped in atomically), then the kernel alignment rows of ``run_id`` when it succeeded.
+    The caller holds the lake's door (:meth:`Lake.writing`)."""
+    try:
+        build = build_swapped(lake)
+    except DbtInterrupted as exc:
+        raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
+    alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
     return build, alignment
 
 
@@ -265,7 +267,7 @@ def _finish_profile(lake: Lake, run_id: str, out_dir: Path, lang: str, ing: Inge
     warnings = uncategorized_warning(out["facts"]["uncategorized"])   # this run only, not the lake
     warnings += [warning_text(n) for n in build.warnings if not n[0].startswith(UNCATEGORIZED_TEST)]
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
-                 for c in ing.captures if c.status not in ("ok",) or c.notes]
+                 for c in ing.captures if c.status != "ok"]   # identity notes live in the health reason
     warnings += ing.notes
     if alignment and alignment["status"] != "ok":
         warnings.append(f"kernel alignment: {alignment['status']} — {alignment['reason']}")
@@ -380,8 +382,8 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
         meta = run_meta(**model, collection_method=RECORDED,
                         source_path=source_description(profiler_output, train, infer))
         meta.update(facts)
-        with lake.writing():
-            return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=progress,
+        with lake.writing(), ingest_bar(progress) as bar:
+            return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=bar,
                                   profiler_step=profiler_step, fleet=fleet)
 
 
