@@ -9,7 +9,8 @@ report to it; ``cli.py`` and :mod:`tilake.reports` make the rich objects that dr
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Protocol
+import contextlib
+from typing import Any, Callable, ContextManager, Dict, Optional, Protocol, Sequence, Tuple
 
 ProgressFn = Callable[[str, int, int], None]
 """``(label, done, total)``: item ``done`` (0-based) of ``total`` of the step ``label`` started; the
@@ -86,3 +87,34 @@ def notice(text: str, style: str = "") -> None:
 def set_notice(fn: Optional[Notice]) -> None:
     """Install where :func:`notice` lines go (None: back to plain stderr lines)."""
     _NOTICE["fn"] = fn or _plain_notice
+
+
+Segments = Sequence[Tuple[str, str]]
+"""Styled text as ``(text, style)`` pieces (``style`` a rich style name or ``""``), for :meth:`Display.live`."""
+
+
+class Display(Protocol):
+    """Where a long step with its own screen (``tilake scan``: the RL run, ``analyse()``) shows itself;
+    :class:`tilake.reports.scan_console.ScanConsole` draws it with rich."""
+
+    def note(self, text: str, style: str = "") -> None:
+        """One line of plain text in ``style``."""
+
+    def status(self, text: str) -> ContextManager[Any]:
+        """A spinner with ``text`` while the block runs."""
+
+    def live(self, segments: Segments) -> ContextManager[Callable[[Segments], None]]:
+        """A transient view redrawn in place while the block runs; the block gets its update function."""
+
+
+class NullDisplay:
+    """A :class:`Display` that shows nothing."""
+
+    def note(self, text: str, style: str = "") -> None:
+        return None
+
+    def status(self, text: str) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def live(self, segments: Segments) -> ContextManager[Callable[[Segments], None]]:
+        return contextlib.nullcontext(lambda _segments: None)

@@ -66,7 +66,7 @@ def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] 
     return res
 
 
-def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_hf_vllm",
+def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "qwen3_hf_vllm",
                 rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, Any]] = None,
                 request_index: Optional[int] = None, cu_seqlens: Optional[Sequence[int]] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
@@ -143,7 +143,7 @@ def map_names() -> List[str]:
     return [p.stem for p in M.list_maps()]
 
 
-def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
+def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path, *,
                      map_name: str = "qwen3_hf_vllm") -> Dict[str, Any]:
     """Write the stub's source tensors + an msprobe ``config.json`` whose ``load.path`` points at them.
 

@@ -54,7 +54,7 @@ def example_lake(out_dir: Path, lake_path: Optional[Path] = None) -> Path:
     return Path(lake_path or Path(out_dir) / "lake").resolve()
 
 
-def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh",
+def run_example(out_dir: Path, lake_path: Optional[Path] = None, *, lang: str = "zh",
                 backend: str = "ascend", device: Optional[str] = None) -> ProfileResult:
     """Write ``<out_dir>/profiler_output`` (replacing an earlier example there), then run the pipeline.
 
@@ -80,8 +80,9 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh
         from tilake.workloads.rl_step import run_meta, run_rl_step
 
         traces = run_rl_step(capture, device=device)
-        return run_profile(capture, lake, TORCH_EXAMPLE_RUN_ID, out_dir, {**run_meta(traces), "phases": "all"}, lang)
+        return run_profile(capture, lake, TORCH_EXAMPLE_RUN_ID, out_dir, run_meta={**run_meta(traces), "phases": "all"},
+                           lang=lang)
     from tilake.synth import make_profiler_output
 
     make_profiler_output(capture, seed=0)
-    return run_profile(capture, lake, EXAMPLE_RUN_ID, out_dir, dict(EXAMPLE_META), lang)
+    return run_profile(capture, lake, EXAMPLE_RUN_ID, out_dir, run_meta=dict(EXAMPLE_META), lang=lang)

@@ -206,7 +206,7 @@ def source_description(profiler_output: Optional[Path], train: Sequence[Path] = 
     return "; ".join(parts)
 
 
-def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_dir: Path,
+def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_dir: Path, *,
                 run_meta: Optional[Dict] = None, lang: str = "zh", train: Sequence[Path] = (),
                 infer: Sequence[Path] = (), allow_missing: bool = False,
                 progress: bool = True, profiler_step: Optional[int] = None,
@@ -359,7 +359,7 @@ def _facts(model: Dict[str, Any]) -> Dict[str, Any]:
     return facts_meta(**{k: model.pop(k) for k in ("phases", "log", "script", "settings") if k in model})
 
 
-def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
+def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None, *,
                    train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
                    allow_missing: bool = False, progress: bool = True, profiler_step: Optional[int] = None,
                    rl_step: Optional[int] = None, ray: Optional[str] = None, **model: Any) -> IngestResult:
@@ -387,7 +387,7 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
                                   profiler_step=profiler_step, fleet=fleet)
 
 
-def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = False) -> Tuple[BuildResult, List[str]]:
+def build_command(lake: Lake, *, select: Sequence[str] = (), full_refresh: bool = False) -> Tuple[BuildResult, List[str]]:
     """``tilake build``: the warehouse door (:func:`tilake.lake.warehouse.build_swapped`) on an existing lake.
 
     Returns:
@@ -404,14 +404,14 @@ def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = F
     return res, [warning_text(n) for n in res.warnings]
 
 
-def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh") -> Dict[str, Any]:
+def report_command(lake: Lake, run_id: str, out_dir: PathLike, *, lang: str = "zh") -> Dict[str, Any]:
     """``tilake report``: the operator diff report of ``run_id`` from the marts (see ``write_report``)."""
     from tilake.reports.op_diff import write_report
 
     return write_report(lake.warehouse, run_id, check_out_dir(Path(out_dir), lake.root, create=False), lang)
 
 
-def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
+def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None, *,
                 out_dir: Optional[PathLike] = None, lang: str = "zh", train: Sequence[PathLike] = (),
                 infer: Sequence[PathLike] = (), allow_missing: bool = False, progress: bool = True,
                 profiler_step: Optional[int] = None, rl_step: Optional[int] = None, ray: Optional[str] = None,
@@ -427,6 +427,6 @@ def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optiona
     facts = _facts(model)
     meta = run_meta(**model, collection_method=RECORDED)
     meta.update(facts)
-    return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), meta, lang,
-                       train, infer, allow_missing, progress=progress, profiler_step=profiler_step, rl_step=rl_step,
-                       ray=ray)
+    return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), run_meta=meta,
+                       lang=lang, train=train, infer=infer, allow_missing=allow_missing, progress=progress,
+                       profiler_step=profiler_step, rl_step=rl_step, ray=ray)
