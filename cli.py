@@ -11,97 +11,11 @@ from pathlib import Path
 import click
 
 from tilake import settings
-from tilake.cli_context import cli_context, dbt_options, emit_json
+from tilake.cli_context import (JSON_OPTION, LAKE_OPTION, RUN_ID, DoorError, IntList, KeyValue,  # noqa: F401
+                                 RunId, TokenRange, cli_context, dbt_options, emit_json)
 from tilake.errors import TilakeError
+from tilake.cli_dumps import dumps_group
 from tilake.ingest.run_facts import FACT_OPTIONS
-
-# --- parameter types: a bad value fails at the door with one `error:` line (datasette style) -----
-
-class DoorError(click.BadParameter):
-    """A bad option value found by one of tilake's ParamTypes; printed as one ``error:`` line."""
-
-    door_message = True
-
-
-class _TilakeType(click.ParamType):
-    """Base of tilake's ParamTypes: :meth:`fail` raises :class:`DoorError` with the plain message."""
-
-    def fail(self, message, param=None, ctx=None):
-        raise DoorError(message, ctx=ctx, param=param)
-
-    @staticmethod
-    def _opt(param) -> str:
-        return (param.opts[0] if param is not None and getattr(param, "opts", None) else "value")
-
-
-class RunId(_TilakeType):
-    """A run id: ``[A-Za-z0-9._-]+`` (:func:`tilake.lake.store.validate_run_id`)."""
-
-    name = "run_id"
-
-    def convert(self, value, param, ctx):
-        from tilake.lake.store import validate_run_id
-
-        try:
-            return validate_run_id(value)
-        except TilakeError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class KeyValue(_TilakeType):
-    """``key=value`` → ``(key, value)`` (both stripped); with ``numbers`` a digits-only value → int."""
-
-    name = "key=value"
-
-    def __init__(self, numbers: bool = False) -> None:
-        self.numbers = numbers
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        if "=" not in value:
-            self.fail(f"{self._opt(param)} expects key=value, got {value!r}", param, ctx)
-        k, v = value.split("=", 1)
-        v = v.strip()
-        return k.strip(), (int(v) if self.numbers and v.isdigit() else v)
-
-
-class IntList(_TilakeType):
-    """Comma-separated integers (``0,5,13``) → ``[0, 5, 13]``."""
-
-    name = "int,int,..."
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, list):
-            return value
-        try:
-            return [int(x) for x in str(value).split(",")]
-        except ValueError:
-            self.fail(f"{self._opt(param)} must be comma-separated integers, got {value!r}", param, ctx)
-
-
-class TokenRange(_TilakeType):
-    """``START:END`` → ``(start, end)`` integers."""
-
-    name = "start:end"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        try:
-            a, b = (int(x) for x in str(value).split(":"))
-        except ValueError:
-            self.fail(f"{self._opt(param)} must be START:END, got {value!r}", param, ctx)
-        return a, b
-
-
-RUN_ID = RunId()
-
-LAKE_OPTION = click.option(
-    "--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
-    envvar=settings.LAKE, show_envvar=True,
-    help="Lake folder (default ./tilake-lake).")
-
 
 class _Group(click.Group):
     """A click group that turns TilakeError (and a bad value caught by a ParamType) into one clean
@@ -143,8 +57,6 @@ def _lake(lake_path):   # --lake of the command, else of its group (ctx.obj), el
 
 
 _dbt_progress = dbt_options   # --quiet/--verbose and --rules DIR of the dbt build, on the context
-JSON_OPTION = click.option("--json", "as_json", is_flag=True,
-                           help="Print a machine-readable JSON summary on stdout (nothing else goes to stdout).")
 _echo_json = emit_json
 
 
@@ -416,7 +328,7 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) ->
     if chart is not None:
         click.echo(f"chart: {chart}")
 
-__import__("tilake.cli_dumps").cli_dumps.install(main)  # `tilake dumps …` (cli_dumps.py)
+main.add_command(dumps_group)   # `tilake dumps …` (cli_dumps.py)
 __import__("tilake.cli_fleet").cli_fleet.install(main)  # --ray on ingest/run/scan, `runs compact`: docs/fleet.md
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,5 +1,5 @@
-"""The ``tilake dumps`` commands (msprobe dump analysis), installed on :data:`tilake.cli.main` by
-:func:`install` (kept out of ``cli.py``, which is at the 500-line limit). Each body parses options and
+"""The ``tilake dumps`` commands (msprobe dump analysis), the ``dumps`` group of :data:`tilake.cli.main`
+(kept out of ``cli.py``, which is at the 500-line limit). Each body parses options and
 calls one function of :mod:`tilake.pipeline.dumps`.
 """
 from __future__ import annotations
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import click
 
-from tilake.cli import JSON_OPTION, LAKE_OPTION, RUN_ID, IntList, KeyValue, TokenRange
-from tilake.cli_context import emit_json
+from tilake.cli_context import JSON_OPTION, LAKE_OPTION, RUN_ID, IntList, KeyValue, TokenRange, emit_json
 
 
 @click.group("dumps")
@@ -87,8 +86,3 @@ def dumps_maps() -> None:
     for name in map_names():
         click.echo(name)
 
-
-def install(main: click.Group) -> None:
-    """Add the ``dumps`` group to ``main``."""
-    if "dumps" not in main.commands:
-        main.add_command(dumps_group)
