@@ -56,10 +56,6 @@ def _lake(lake_path):   # --lake of the command, else of its group (ctx.obj), el
     return cli_context().lake(lake_path)
 
 
-_dbt_progress = dbt_options   # --quiet/--verbose and --rules DIR of the dbt build, on the context
-_echo_json = emit_json
-
-
 RL_STEP_OPTION = click.option("--rl-step", type=int, help="With captures of several profiled RL steps ([1,2], <save_path>/<step>/), ingest step N (never summed).")
 PROFILE_OPTIONS = [
     click.option("--run-id", type=RUN_ID, help="Run id (default: derived from the folder name and path)."),
@@ -119,7 +115,7 @@ def dbt_cmd(args, lake_path):
 @click.option("--select", "select", multiple=True, help="dbt --select (repeatable); each model is built with its ancestors (+MODEL) so incremental marts never read stale tables.")
 @click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
 @LAKE_OPTION
-@_dbt_progress
+@dbt_options
 def build(select, full_refresh, lake_path):
     """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
     is swapped in atomically (readers with the warehouse open are never blocked)."""
@@ -154,7 +150,7 @@ def report(run_id, out_dir, lang, lake_path):
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @LAKE_OPTION
 @JSON_OPTION
-@_dbt_progress
+@dbt_options
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, rl_step,
             tags, allow_missing, out_dir, lang, lake_path, as_json, **facts):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
@@ -179,7 +175,7 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
               help="ascend: synthetic torch_npu DBs; torch: profile a tiny Qwen3-style RL step here "
                    "(CUDA when present, else CPU) with torch.profiler.")
 @JSON_OPTION
-@_dbt_progress
+@dbt_options
 def example(out_dir, lang, lake_path, backend, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
     with --backend torch, make real traces of a tiny model on this machine instead."""
@@ -234,7 +230,7 @@ def runs_group(ctx, lake_path, as_json) -> None:
 
         lake = _lake(lake_path)
         runs = list_runs(lake)
-        _echo_json({"lake": lake.root, "runs": runs}) if as_json else print_runs(runs, lake_root=lake.root)
+        emit_json({"lake": lake.root, "runs": runs}) if as_json else print_runs(runs, lake_root=lake.root)
 
 
 @runs_group.command("rm")
@@ -309,7 +305,7 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) ->
     from tilake.reports.trends import print_trend
 
     if as_json and list_only:
-        _echo_json({"trends": [{"name": n, "title": t, "unit": u} for n, t, u in list_trends()]})
+        emit_json({"trends": [{"name": n, "title": t, "unit": u} for n, t, u in list_trends()]})
         return
     if list_only or not metric:
         for name, title, unit in list_trends():
@@ -319,7 +315,7 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) ->
         return
     res, chart = trend_command(_lake(lake_path), metric, by=by, x=x, output=output, chart=not no_chart)
     if as_json:
-        _echo_json({"metric": metric, "title": res.trend.title, "unit": res.trend.unit, "by": by, "x": x,
+        emit_json({"metric": metric, "title": res.trend.title, "unit": res.trend.unit, "by": by, "x": x,
                     "chart": chart, "series": [{"label": se.label, "points": [
                         {"x": p[0], "value": p[1], "runs": p[2], "last_run_id": p[3]} for p in se.points]}
                         for se in res.series]})

@@ -155,7 +155,7 @@ def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = ()
 
 @contextlib.contextmanager
 def captures_for(profiler_output: Optional[PathLike], train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
-                 ray: Optional[str] = None, rl_step: Optional[int] = None) -> Iterator[Tuple[List[Capture], Any]]:
+                 *, ray: Optional[str] = None, rl_step: Optional[int] = None) -> Iterator[Tuple[List[Capture], Any]]:
     """``(captures, fleet)`` for one ingest: :func:`collect_captures` on this machine and ``fleet`` None,
     or with ``ray`` (``--ray auto|local|ADDRESS``; None: ``$TILAKE_RAY``) a Ray fleet held open for the block
     (:func:`tilake.ingest.profiler.fleet.ray_fleet`) whose nodes each found the captures on their own
@@ -231,7 +231,7 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     check_out_dir(out_dir, lake.root)
     stack = contextlib.ExitStack()
     with stack:
-        caps, fleet = stack.enter_context(captures_for(profiler_output, train, infer, ray, rl_step))
+        caps, fleet = stack.enter_context(captures_for(profiler_output, train, infer, ray=ray, rl_step=rl_step))
         check_sides(caps, profiler_output, allow_missing)
         meta = dict(run_meta or {})
         meta.setdefault("source_path", source_description(profiler_output, train, infer))
@@ -377,7 +377,7 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
     """
     rid = resolve_run_id(run_id, profiler_output, train, infer)
     facts = _facts(model)
-    with captures_for(profiler_output, train, infer, ray, rl_step) as (caps, fleet):
+    with captures_for(profiler_output, train, infer, ray=ray, rl_step=rl_step) as (caps, fleet):
         check_sides(caps, profiler_output, allow_missing)
         meta = run_meta(**model, collection_method=RECORDED,
                         source_path=source_description(profiler_output, train, infer))

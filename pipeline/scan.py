@@ -333,7 +333,7 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
                 rl_step: Optional[int] = None, ray: Optional[str] = None) -> ScanResult:
     if st is not None and not st.comparison_possible:
         res.status = "comparison_skipped"
-        res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
+        res.report_path = write_skipped_report(st, out_dir, run_id=rid, meta=meta, lang=lang)
         console.panel(f"fallback 3: {st.to_json()['reason']}.\nReport with every operation attempted: "
                       f"{res.report_path}\nThe lake was not changed.", "stages 4–5 skipped", border_style="red")
         return res
@@ -433,7 +433,7 @@ def scan_from_output(output_dir: Path, lake: Lake, *, run_id: Optional[str] = No
     meta["source_path"] = str(output_dir.resolve())
     if not st.comparison_possible:
         res.status = "comparison_skipped"
-        res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
+        res.report_path = write_skipped_report(st, out_dir, run_id=rid, meta=meta, lang=lang)
         console.panel(f"{st.to_json()['reason']}.\nReport: {res.report_path}\nThe lake was not changed.",
                       "stages 4–5 skipped", border_style="red")
         return res

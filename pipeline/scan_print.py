@@ -126,7 +126,7 @@ def skipped_report_facts(st: Stage3, run_id: str, meta: Dict[str, Any]) -> Dict[
             "infer_failed": any(s.side == "infer" and s.status == "failed" for s in st.sources)}
 
 
-def write_skipped_report(st: Stage3, out_dir: Path, run_id: str, meta: Dict[str, Any], lang: str) -> Path:
+def write_skipped_report(st: Stage3, out_dir: Path, *, run_id: str, meta: Dict[str, Any], lang: str) -> Path:
     """Seed fallback 3: the report when no comparison is possible (:func:`skipped_report_facts`, rendered by
     :func:`tilake.reports.scan_console.write_skipped_report`); returns its path."""
     return _write_report(skipped_report_facts(st, run_id, meta), Path(out_dir), lang)
