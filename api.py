@@ -37,9 +37,8 @@ from typing import Optional, Union
 import duckdb
 
 from tilake.errors import TilakeError
-from tilake.lake import schema
-from tilake.lake.duck import connect_private
-from tilake.lake.store import Lake, raw_source
+from tilake.lake.read import open_read
+from tilake.lake.store import Lake
 
 __all__ = ["open_lake"]
 
@@ -62,11 +61,4 @@ def open_lake(path: Optional[Union[str, Path]] = None) -> duckdb.DuckDBPyConnect
     if not lake.warehouse.exists():
         raise TilakeError("the lake has no warehouse yet", path=lake.root,
                           hint="run `tilake build` (or `tilake run`) first")
-    try:
-        con = connect_private(lake.warehouse)
-    except duckdb.Error as exc:
-        raise TilakeError(f"cannot open the warehouse read-only: {str(exc).splitlines()[0]}",
-                          path=lake.warehouse) from exc
-    for table in schema.TABLES:
-        con.execute(f'CREATE OR REPLACE TEMP VIEW "raw_{table}" AS SELECT * FROM {raw_source(lake, table)}')
-    return con
+    return open_read(lake)   # what Lake.reading() yields, left open for the caller

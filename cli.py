@@ -11,96 +11,11 @@ from pathlib import Path
 import click
 
 from tilake import settings
+from tilake.cli_context import (JSON_OPTION, LAKE_OPTION, RUN_ID, DoorError, IntList, KeyValue,  # noqa: F401
+                                 RunId, TokenRange, cli_context, dbt_options, emit_json)
 from tilake.errors import TilakeError
+from tilake.cli_dumps import dumps_group
 from tilake.ingest.run_facts import FACT_OPTIONS
-
-# --- parameter types: a bad value fails at the door with one `error:` line (datasette style) -----
-
-class DoorError(click.BadParameter):
-    """A bad option value found by one of tilake's ParamTypes; printed as one ``error:`` line."""
-
-    door_message = True
-
-
-class _TilakeType(click.ParamType):
-    """Base of tilake's ParamTypes: :meth:`fail` raises :class:`DoorError` with the plain message."""
-
-    def fail(self, message, param=None, ctx=None):
-        raise DoorError(message, ctx=ctx, param=param)
-
-    @staticmethod
-    def _opt(param) -> str:
-        return (param.opts[0] if param is not None and getattr(param, "opts", None) else "value")
-
-
-class RunId(_TilakeType):
-    """A run id: ``[A-Za-z0-9._-]+`` (:func:`tilake.lake.store.validate_run_id`)."""
-
-    name = "run_id"
-
-    def convert(self, value, param, ctx):
-        from tilake.lake.store import validate_run_id
-
-        try:
-            return validate_run_id(value)
-        except TilakeError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class KeyValue(_TilakeType):
-    """``key=value`` → ``(key, value)`` (both stripped); with ``numbers`` a digits-only value → int."""
-
-    name = "key=value"
-
-    def __init__(self, numbers: bool = False) -> None:
-        self.numbers = numbers
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        if "=" not in value:
-            self.fail(f"{self._opt(param)} expects key=value, got {value!r}", param, ctx)
-        k, v = value.split("=", 1)
-        v = v.strip()
-        return k.strip(), (int(v) if self.numbers and v.isdigit() else v)
-
-
-class IntList(_TilakeType):
-    """Comma-separated integers (``0,5,13``) → ``[0, 5, 13]``."""
-
-    name = "int,int,..."
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, list):
-            return value
-        try:
-            return [int(x) for x in str(value).split(",")]
-        except ValueError:
-            self.fail(f"{self._opt(param)} must be comma-separated integers, got {value!r}", param, ctx)
-
-
-class TokenRange(_TilakeType):
-    """``START:END`` → ``(start, end)`` integers."""
-
-    name = "start:end"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        try:
-            a, b = (int(x) for x in str(value).split(":"))
-        except ValueError:
-            self.fail(f"{self._opt(param)} must be START:END, got {value!r}", param, ctx)
-        return a, b
-
-
-RUN_ID = RunId()
-
-LAKE_OPTION = click.option(
-    "--lake", "lake_path", type=click.Path(file_okay=False, path_type=Path), default=None,
-    envvar=settings.LAKE, show_envvar=True,
-    help="Lake folder (default ./tilake-lake).")
-
 
 class _Group(click.Group):
     """A click group that turns TilakeError (and a bad value caught by a ParamType) into one clean
@@ -110,8 +25,16 @@ class _Group(click.Group):
         try:   # the imports too: a Ctrl-C while they run is one line, not click's "Aborted!"
             from tilake.reports.run_console import quiet_broken_pipe   # `tilake … | head`: exit 0 quietly
             from tilake.pipeline.failures import sigterm_as_interrupt; sigterm_as_interrupt()  # noqa: E702
+            from tilake.progress import set_notice
+            from tilake.reports.progress_console import rich_notice
+            set_notice(rich_notice)   # the lower floors' notices (tilake.progress.notice) on a rich stderr console
             with quiet_broken_pipe():
                 return super().invoke(ctx)
+        except click.MissingParameter as exc:   # one line, not click's usage block (exit 2 as click's)
+            msg = exc.format_message().rstrip(".")
+            where = exc.ctx.command_path if exc.ctx is not None else "tilake"
+            click.echo(f"error: {msg[:1].lower()}{msg[1:]} ({where} --help)", err=True)
+            sys.exit(2)
         except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
             line = __import__("tilake.pipeline.failures", fromlist=["_"]).error_line(exc, ctx.invoked_subcommand)
             if line is None:
@@ -129,30 +52,8 @@ def main() -> None:
 
 # --- profiler: ingest / build / report / example (foundation) -------------------------------
 
-def _lake(lake_path):
-    from tilake.lake.store import Lake
-    return Lake(lake_path)
-
-
-def _dbt_progress(f):   # --quiet/--verbose ($TILAKE_DBT_PROGRESS) and --rules DIR ($TILAKE_RULES) of the dbt build
-    f = click.option("--rules", type=click.Path(exists=True, file_okay=False), expose_value=False, callback=lambda c, p, v:
-                     v and __import__("os").environ.__setitem__(settings.RULES, v), help="Folder of seed CSVs "
-                     "(op_catalog, grading_rules, recommendations...) extending the shipped ones [env var: TILAKE_RULES; "
-                     "default <lake>/rules/].")(f)
-    for flag, text in (("verbose", "A line per dbt node."), ("quiet", "No dbt progress (failures and the summary only).")):
-        f = click.option("--" + flag, is_flag=True, expose_value=False, help=text, callback=lambda c, p, v, lv=flag:
-                         v and __import__("os").environ.__setitem__(settings.DBT_PROGRESS, lv))(f)
-    return f
-
-JSON_OPTION = click.option("--json", "as_json", is_flag=True,
-                           help="Print a machine-readable JSON summary on stdout (nothing else goes to stdout).")
-
-
-def _echo_json(obj) -> None:
-    """One JSON document on stdout: paths and datetimes as strings, CJK kept as is."""
-    import json
-
-    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, default=str))
+def _lake(lake_path):   # --lake of the command, else of its group (ctx.obj), else the default
+    return cli_context().lake(lake_path)
 
 
 RL_STEP_OPTION = click.option("--rl-step", type=int, help="With captures of several profiled RL steps ([1,2], <save_path>/<step>/), ingest step N (never summed).")
@@ -196,8 +97,9 @@ def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_
     from tilake.pipeline.profile import ingest_command
     from tilake.reports.run_console import print_ingest
 
-    res = ingest_command(profiler_output, _lake(lake_path), run_id, train, infer, allow_missing,
-                         profiler_step=profiler_step, rl_step=rl_step, model_id=model_id, model_family=model_family, model_path=model_path, step=step, tags=tags, **facts)
+    res = ingest_command(profiler_output, _lake(lake_path), run_id, train=train, infer=infer, allow_missing=allow_missing,
+                         profiler_step=profiler_step, rl_step=rl_step, ray=cli_context().ray, model_id=model_id,
+                         model_family=model_family, model_path=model_path, step=step, tags=tags, **facts)
     print_ingest(res)
 
 
@@ -213,14 +115,14 @@ def dbt_cmd(args, lake_path):
 @click.option("--select", "select", multiple=True, help="dbt --select (repeatable); each model is built with its ancestors (+MODEL) so incremental marts never read stale tables.")
 @click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
 @LAKE_OPTION
-@_dbt_progress
+@dbt_options
 def build(select, full_refresh, lake_path):
     """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
     is swapped in atomically (readers with the warehouse open are never blocked)."""
     from tilake.pipeline.profile import build_command
     from tilake.reports.run_console import print_build
 
-    res, warnings = build_command(_lake(lake_path), select, full_refresh)
+    res, warnings = build_command(_lake(lake_path), select=select, full_refresh=full_refresh)
     print_build(res, warnings)
     if not res.success:
         raise TilakeError(res.failure_line())
@@ -237,7 +139,7 @@ def report(run_id, out_dir, lang, lake_path):
     from tilake.pipeline.profile import report_command
     from tilake.reports.run_console import print_report_paths
 
-    print_report_paths(report_command(_lake(lake_path), run_id, out_dir, lang))
+    print_report_paths(report_command(_lake(lake_path), run_id, out_dir, lang=lang))
 
 
 @main.command("run")
@@ -248,7 +150,7 @@ def report(run_id, out_dir, lang, lake_path):
 @click.option("--lang", type=click.Choice(["zh", "en"]), default="zh", show_default=True)
 @LAKE_OPTION
 @JSON_OPTION
-@_dbt_progress
+@dbt_options
 def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, rl_step,
             tags, allow_missing, out_dir, lang, lake_path, as_json, **facts):
     """Ingest, build and report in one go (ingest → dbt build → report)."""
@@ -256,9 +158,10 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
     from tilake.reports.run_console import finish
 
     lake = _lake(lake_path)
-    res = run_command(profiler_output, lake, run_id, out_dir, lang, train, infer, allow_missing,
-                      progress=not as_json, profiler_step=profiler_step, rl_step=rl_step, model_id=model_id, model_family=model_family,
-                      model_path=model_path, step=step, tags=tags, **facts)
+    res = run_command(profiler_output, lake, run_id, out_dir=out_dir, lang=lang, train=train, infer=infer,
+                      allow_missing=allow_missing, progress=not as_json, profiler_step=profiler_step, rl_step=rl_step,
+                      ray=cli_context().ray, model_id=model_id, model_family=model_family, model_path=model_path,
+                      step=step, tags=tags, **facts)
     sys.exit(finish(res, lake.root, as_json))
 
 
@@ -272,91 +175,15 @@ def run_cmd(profiler_output, run_id, train, infer, model_id, model_family, model
               help="ascend: synthetic torch_npu DBs; torch: profile a tiny Qwen3-style RL step here "
                    "(CUDA when present, else CPU) with torch.profiler.")
 @JSON_OPTION
-@_dbt_progress
+@dbt_options
 def example(out_dir, lang, lake_path, with_dump, backend, as_json):
     """Generate the bundled example (Qwen3-0.6B GRPO, Megatron + vLLM) and run the main job on it;
     with --backend torch, make real traces of a tiny model on this machine instead."""
     from tilake.pipeline.example import example_lake, run_example
     from tilake.reports.run_console import finish
 
-    res = run_example(out_dir, lake_path, lang, backend=backend, with_dump=with_dump)
+    res = run_example(out_dir, lake_path, lang=lang, backend=backend, with_dump=with_dump)
     sys.exit(finish(res, example_lake(out_dir, lake_path), as_json, example=True))
-
-
-# --- dumps (dump analysis) -------------------------------------------------------------------
-
-@main.group("dumps")
-def dumps_group() -> None:
-    """msprobe dump analysis: probe, analyse a train/infer pair, prepare stub rounds."""
-
-
-@dumps_group.command("probe")
-@click.option("--train", type=click.Path(path_type=Path), default=None, help="Training-side dump (root, step or rank folder).")
-@click.option("--infer", type=click.Path(path_type=Path), default=None, help="Inference-side dump.")
-@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the probe as JSON.")
-def dumps_probe(train, infer, json_out) -> None:
-    """Naming pattern of each side: prefixes, classes, fused modules, API counters, shapes."""
-    from tilake.pipeline.dumps import run_probe
-    from tilake.reports.dumps_console import print_probe
-
-    print_probe(run_probe(train, infer, json_out))
-
-
-@dumps_group.command("analyze")
-@click.option("--train", type=click.Path(path_type=Path), required=True, help="Training-side dump of round 0.")
-@click.option("--infer", type=click.Path(path_type=Path), required=True, help="Inference-side dump of round 0.")
-@click.option("--map", "map_name", default="qwen3_hf_vllm", show_default=True, help="Boundary map (models/<name>.yaml or a path).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder.")
-@click.option("--round", "rounds", nargs=2, multiple=True, type=click.Path(path_type=Path),
-              help="TRAIN INFER dumps of the next stub round (repeatable, in round order).")
-@click.option("--card", "card", multiple=True, type=KeyValue(numbers=True),
-              help="Task-card fact key=value (model, hardware, train_tp, goal, ...).")
-@click.option("--request-index", type=int, default=None, help="Row of the request in a batched inference tensor.")
-@click.option("--request-tokens", type=TokenRange(), default=None,
-              help="START:END rows of the request in a token-major inference batch.")
-@click.option("--cu-seqlens", type=IntList(), default=None,
-              help="Packed-sequence boundaries, e.g. 0,5,13 (to unpad a padded side).")
-@click.option("--logprob-json", type=click.Path(path_type=Path), default=None, help="Measured prefill log-prob diff {mean,max,std,source}.")
-@click.option("--run-id", type=RUN_ID, default=None, help="Also write the analysis into the lake under this run id.")
-@LAKE_OPTION
-@click.option("--build/--no-build", default=False, help="Build the dump marts (dbt) after writing the lake.")
-@click.option("--charts/--no-charts", default=True, help="Embed charts in the HTML report.")
-@JSON_OPTION
-def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, request_tokens, cu_seqlens,
-                  logprob_json, run_id, lake_path, build, charts, as_json) -> None:
-    """Compare two dumps boundary by boundary; write reports and the stub instruction.
-
-    Exit status 3 when no boundary could be compared (the outputs are still written)."""
-    from tilake.pipeline.dumps import run_analyze
-    from tilake.reports.dumps_console import print_summary
-
-    res = run_analyze(train, infer, out_dir, map_name, rounds, dict(card), request_index, cu_seqlens,
-                      logprob_json, lake_path, run_id, build, charts, request_tokens=request_tokens)
-    _echo_json(res.to_dict()) if as_json else print_summary(res)
-    sys.exit(res.exit_code or 0)
-
-
-@dumps_group.command("stub-prepare")
-@click.option("--train", type=click.Path(path_type=Path), required=True, help="Training-side dump (source or target).")
-@click.option("--infer", type=click.Path(path_type=Path), required=True, help="Inference-side dump.")
-@click.option("--instruction", type=click.Path(path_type=Path), required=True, help="stub_instruction.json.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True, help="Folder for load_source/ and msprobe_config.json.")
-@click.option("--map", "map_name", default="qwen3_hf_vllm", show_default=True)
-def dumps_stub_prepare(train, infer, instruction, out_dir, map_name) -> None:
-    """Write the stub's source tensors where msprobe's load setting reads them."""
-    from tilake.pipeline.dumps import run_stub_prepare
-
-    res = run_stub_prepare(train, infer, instruction, out_dir, map_name)
-    click.echo(f"wrote {len(res.files)} tensor file(s); msprobe config: {res.config}")
-
-
-@dumps_group.command("maps")
-def dumps_maps() -> None:
-    """List the boundary maps shipped in models/."""
-    from tilake.pipeline.dumps import map_names
-
-    for name in map_names():
-        click.echo(name)
 
 
 # --- scan (RL launch script → report) --------------------------------------------------------
@@ -383,7 +210,9 @@ def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang,
     fallbacks) both sides' captures, then ingest -> dbt build -> report. After `--`: the script's $@ (docs/scan.md)."""
     from tilake.pipeline.scan import cli_scan
 
-    sys.exit(cli_scan(script, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, script_args, fmt, profiler, rl_step))
+    sys.exit(cli_scan(script, from_output=from_output, lake=_lake(lake_path), run_id=run_id, out_dir=out_dir, lang=lang,
+                      dry_run=dry_run, timeout_s=timeout_s, script_args=script_args, fmt=fmt, profiler=profiler,
+                      rl_step=rl_step, ray=cli_context().ray))
 
 
 # --- runs / sql / trend (across runs) --------------------------------------------------------
@@ -394,14 +223,14 @@ def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang,
 @click.pass_context
 def runs_group(ctx, lake_path, as_json) -> None:
     """List the runs of the lake (rich table); `runs rm RUN` removes one, `runs diff A B` compares two."""
-    ctx.obj = {"lake_path": lake_path}
+    cli_context(ctx).lake_path = lake_path   # the default --lake of `runs rm/diff/compact`
     if ctx.invoked_subcommand is None:
         from tilake.lake.registry import list_runs
         from tilake.reports.run_console import print_runs
 
         lake = _lake(lake_path)
         runs = list_runs(lake)
-        _echo_json({"lake": lake.root, "runs": runs}) if as_json else print_runs(runs, lake_root=lake.root)
+        emit_json({"lake": lake.root, "runs": runs}) if as_json else print_runs(runs, lake_root=lake.root)
 
 
 @runs_group.command("rm")
@@ -413,7 +242,7 @@ def runs_rm(ctx, run_id, no_build, lake_path) -> None:
     """Remove RUN_ID's partitions from every raw table and rebuild the warehouse (swapped in atomically)."""
     from tilake.lake.registry import remove_run
 
-    tables, res = remove_run(_lake(lake_path or ctx.obj.get("lake_path")), run_id, rebuild=not no_build)
+    tables, res = remove_run(_lake(lake_path), run_id, rebuild=not no_build)
     click.echo(f"removed run {run_id} from {len(tables)} table(s): {', '.join(tables)}")
     if res is not None:
         click.echo(f"rebuilt: {len(res.nodes)} dbt nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
@@ -428,9 +257,9 @@ def runs_rm(ctx, run_id, no_build, lake_path) -> None:
 def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
     """What changed from BASE_RUN_ID to RUN_ID: kernels added/removed, grades, first divergence."""
     from tilake.lake.registry import diff_runs
-    from tilake.lake.sql import print_result
+    from tilake.reports.sql_console import print_result
 
-    out = diff_runs(_lake(lake_path or ctx.obj.get("lake_path")), base_run_id, run_id)
+    out = diff_runs(_lake(lake_path), base_run_id, run_id)
     for name, (cols, rows) in out.items():
         click.echo(f"{name}: {base_run_id} -> {run_id}")
         if name == "divergence" and not rows:
@@ -454,7 +283,8 @@ def runs_diff(ctx, base_run_id, run_id, lake_path) -> None:
 @LAKE_OPTION
 def sql_cmd(query, fmt, output, max_rows, allow_external_access, params, lake_path) -> None:
     """Read-only SQL over the warehouse marts (raw tables as raw_<table>); no QUERY opens a shell."""
-    sys.exit(__import__("tilake.lake.sql", fromlist=["_"]).sql_command(_lake(lake_path), query, fmt, output, max_rows, allow_external_access, dict(params)))
+    from tilake.reports.sql_console import sql_command
+    sys.exit(sql_command(_lake(lake_path), query, fmt, output, max_rows, allow_external_access, dict(params)))
 
 
 @main.command("trend")
@@ -476,7 +306,7 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) ->
     from tilake.reports.trends import print_trend
 
     if as_json and list_only:
-        _echo_json({"trends": [{"name": n, "title": t, "unit": u} for n, t, u in list_trends()]})
+        emit_json({"trends": [{"name": n, "title": t, "unit": u} for n, t, u in list_trends()]})
         return
     if list_only or not metric:
         for name, title, unit in list_trends():
@@ -484,9 +314,9 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) ->
         if not list_only:
             raise TilakeError("give --metric NAME (one of the trends above)")
         return
-    res, chart = trend_command(_lake(lake_path), metric, by, x, output, chart=not no_chart)
+    res, chart = trend_command(_lake(lake_path), metric, by=by, x=x, output=output, chart=not no_chart)
     if as_json:
-        _echo_json({"metric": metric, "title": res.trend.title, "unit": res.trend.unit, "by": by, "x": x,
+        emit_json({"metric": metric, "title": res.trend.title, "unit": res.trend.unit, "by": by, "x": x,
                     "chart": chart, "series": [{"label": se.label, "points": [
                         {"x": p[0], "value": p[1], "runs": p[2], "last_run_id": p[3]} for p in se.points]}
                         for se in res.series]})
@@ -495,6 +325,7 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) ->
     if chart is not None:
         click.echo(f"chart: {chart}")
 
+main.add_command(dumps_group)   # `tilake dumps …` (cli_dumps.py)
 __import__("tilake.cli_fleet").cli_fleet.install(main)  # --ray on ingest/run/scan, `runs compact`: docs/fleet.md
 if __name__ == "__main__":  # pragma: no cover
     main()

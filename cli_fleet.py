@@ -1,8 +1,9 @@
 """The fleet options of the command line (docs/fleet.md), installed on :data:`tilake.cli.main` by
 :func:`install` (kept out of ``cli.py``, which is at the 500-line limit):
 
-* ``--ray [auto|local|ADDRESS]`` on ``ingest``, ``run`` and ``scan``: sets ``$TILAKE_RAY``
-  (:func:`tilake.settings.ray_address`), which :func:`tilake.pipeline.profile.captures_for` reads: one
+* ``--ray [auto|local|ADDRESS]`` on ``ingest``, ``run`` and ``scan``: stored on the command's
+  :class:`tilake.cli_context.CliContext` (never in ``os.environ``) and passed as ``ray=`` to
+  :func:`tilake.pipeline.profile.captures_for` (unset: ``$TILAKE_RAY``, :func:`tilake.settings.ray_address`): one
   Ray task per capture on the node that holds it (:mod:`tilake.ingest.profiler.fleet`). Given without a
   value it means ``auto``; a value that is not an address (a folder right after ``--ray``) is one
   ``error:`` line.
@@ -11,19 +12,19 @@
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from tilake import settings
+from tilake.cli_context import cli_context
 
 
 def _set_ray(ctx, param, value):
     if value:
         from tilake.ingest.profiler.fleet import check_address
 
-        os.environ[settings.RAY] = check_address(value)
+        cli_context(ctx).ray = check_address(value)
     return value
 
 
@@ -46,10 +47,10 @@ def runs_compact(ctx, run_id, min_files, lake_path) -> None:
     """Merge RUN_ID's many small Parquet files into one per partition folder (rows unchanged; swapped in
     atomically per table). The warehouse needs no rebuild."""
     from tilake.lake.compact import compact_run
-    from tilake.lake.store import Lake, validate_run_id
+    from tilake.lake.store import validate_run_id
 
     validate_run_id(run_id)
-    lake = Lake(lake_path or (ctx.obj or {}).get("lake_path"))
+    lake = cli_context(ctx).lake(lake_path)
     merged = compact_run(lake, run_id, min_files=min_files)
     if not merged:
         click.echo(f"run {run_id}: no partition folder holds {min_files} or more small files; nothing changed")

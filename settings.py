@@ -13,10 +13,11 @@ its tests share one spelling (:data:`PROBE_MARKER`, :data:`NO_EXPORT_TYPE_MARKER
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Dict, Iterator, Mapping, Optional
 
 from tilake.errors import TilakeError
 
@@ -63,6 +64,37 @@ RAY = "TILAKE_RAY"
 PROBE_MARKER = "TILAKE_PROBE"
 NO_EXPORT_TYPE_MARKER = "TILAKE_NO_EXPORT_TYPE"
 ANALYSE_RETURNED_MARKER = "TILAKE_ANALYSE_RETURNED"
+
+
+_GIVEN: Dict[str, str] = {}
+"""Switch values the command line gave for the command running now (:func:`given`), read before ``os.environ``."""
+
+
+def _env(env: Optional[Mapping[str, str]]) -> Mapping[str, str]:
+    """``env`` when given; else the command line's values (:func:`given`) over ``os.environ``."""
+    if env is not None:
+        return env
+    return {**os.environ, **_GIVEN} if _GIVEN else os.environ
+
+
+@contextlib.contextmanager
+def given(**values: Optional[str]) -> Iterator[None]:
+    """Within the block, the readers below see these switch values (keyword: the constant's name, e.g.
+    ``RULES="/x"``; None leaves a switch as it is) before the environment; ``os.environ`` is never written.
+    The CLI's options (``--rules``, ``--quiet``/``--verbose``) reach the lower floors this way, for the one
+    command they were given to (``tilake.cli_context.CliContext``).
+
+    Raises:
+        KeyError: a name that is not a switch of this module.
+    """
+    new = {globals()[k]: v for k, v in values.items() if v is not None}
+    old = dict(_GIVEN)
+    _GIVEN.update(new)
+    try:
+        yield
+    finally:
+        _GIVEN.clear()
+        _GIVEN.update(old)
 
 
 def lake_path(env: Optional[Mapping[str, str]] = None) -> str:
@@ -159,20 +191,20 @@ def memory_limit_given(env: Optional[Mapping[str, str]] = None) -> Optional[str]
 def ray_address(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """``$TILAKE_RAY`` stripped when set and not empty (checked by ``tilake.ingest.profiler.fleet.check_address``
     where it is used), else None."""
-    env = os.environ if env is None else env
+    env = _env(env)
     return (env.get(RAY) or "").strip() or None
 
 
 def dbt_progress(env: Optional[Mapping[str, str]] = None) -> str:
     """``$TILAKE_DBT_PROGRESS`` if one of :data:`DBT_PROGRESS_LEVELS`, else ``normal``."""
-    env = os.environ if env is None else env
+    env = _env(env)
     v = (env.get(DBT_PROGRESS) or "").strip().lower()
     return v if v in DBT_PROGRESS_LEVELS else "normal"
 
 
 def rules_path(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """``$TILAKE_RULES`` if set and not empty, else None (a path string, not resolved)."""
-    env = os.environ if env is None else env
+    env = _env(env)
     return env.get(RULES) or None
 
 

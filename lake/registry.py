@@ -199,17 +199,14 @@ def _from_warehouse(lake: Lake) -> Optional[List[Dict[str, Any]]]:
     import duckdb
 
     try:
-        con = connect(lake.warehouse, read_only=True)
-    except duckdb.Error:
+        with lake.reading(raw=False) as con:
+            cur = con.execute(_WAREHOUSE_SQL)
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r)) for r in cur.fetchall()]
+    except TilakeError:
         return None          # held by a writer that does not swap: read the raw tables instead
-    try:
-        cur = con.execute(_WAREHOUSE_SQL)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
     except duckdb.Error:
         return None          # built before the trend marts existed
-    finally:
-        con.close()
 
 
 def list_runs(lake: Lake, source: str = "auto") -> List[RunListing]:

@@ -12,7 +12,7 @@ writer gets :class:`LakeBusyError` at once. The contract: a command's flow (``ti
 holds ``writing()`` around all its writes (ingest, remove, dbt build); the lower functions
 (:meth:`Lake.write_run`, :meth:`Lake.remove_run`, :mod:`tilake.lake.warehouse`) step into the same
 door, which for the thread already holding it is free (no second ``flock``, no second ``ensure``).
-Called alone (tests, scripts) they open the door themselves.
+Called alone (tests, scripts) they open the door themselves. Readers come in by :meth:`Lake.reading`.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from tilake.files import atomic_path
 from tilake.lake import schema
 from tilake.lake.compact import compact_staged
 from tilake.lake.duck import connect, parquet_columns, sql_str
+from tilake.lake.read import RawTables, open_read, raw_source  # noqa: F401  (raw_source: the readers' import)
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 TMP_SUFFIX = ".parquet-partial"
@@ -296,6 +297,22 @@ class Lake:
             raise
 
     @contextlib.contextmanager
+    def reading(self, raw: RawTables = True, error: Optional[str] = None) -> Iterator[Any]:
+        """The one read door, mirror of :meth:`writing`: a read-only DuckDB connection over the
+        warehouse in an instance of its own, with ``raw_<table>`` views over the Parquet lake (``raw``:
+        True all, False none, or the table names), closed when the block ends (:mod:`tilake.lake.read`).
+        Never locks, never migrates: readers and a writer swapping the warehouse in do not block each other.
+
+        Raises:
+            TilakeError: no warehouse yet; DuckDB cannot open it (``error``: the message's first words).
+        """
+        con = open_read(self, raw, error)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
     def write_run(self, run_id: str, tables: Sequence[str]) -> Iterator["RunWriter"]:
         """Stage a run's partitions and swap them in atomically at the end of the block.
 
@@ -477,20 +494,3 @@ class RunWriter:
         finally:
             self.con.execute(f'DROP TABLE "{tmp}"')
 
-
-def raw_source(lake: Lake, table: str) -> str:
-    """SQL table expression for a raw table, columns in :data:`tilake.lake.schema.TABLES` order:
-    ``read_parquet`` of its files as a Hive dataset (partition columns from the path, typed by
-    :func:`~tilake.lake.schema.hive_types_sql`; ``WHERE run_id = …`` opens only that run's files), or
-    a typed empty relation when the table has no file yet. A lake not yet migrated by
-    :meth:`Lake.ensure` (read-only readers never migrate; its root ``_empty.parquet`` has no
-    partition path and its files store the partition columns) is read with path parsing off."""
-    cols = schema.TABLES[table]
-    if any((lake.raw / table).rglob("*.parquet")) if (lake.raw / table).is_dir() else False:
-        names = ", ".join(f'"{c}"' for c, _t in cols)
-        if (lake.raw / table / "_empty.parquet").exists():
-            return (f"(SELECT {names} FROM read_parquet({sql_str(lake.table_glob(table))}, hive_partitioning=false, "
-                    "union_by_name=true))")
-        return (f"(SELECT {names} FROM read_parquet({sql_str(lake.table_glob(table))}, hive_partitioning=true, "
-                f"hive_types={schema.hive_types_sql(table)}, union_by_name=true))")
-    return f"(SELECT {schema.null_list(cols)} WHERE false)"

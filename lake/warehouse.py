@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Sequence
 
 from tilake import settings
 from tilake.errors import TilakeError
+from tilake.progress import notice
 from tilake.files import atomic_path, atomic_write_text
 from tilake.lake.duck import connect
 from tilake.lake.build_result import BuildResult, DbtCounts, DbtNode  # noqa: F401 (re-exported)
@@ -123,16 +124,13 @@ def warehouse_project_sha(warehouse: Path) -> Optional[str]:
         return None
     import duckdb
 
+    from tilake.lake.read import reading_file
+
     try:
-        con = duckdb.connect(str(warehouse), read_only=True)
-    except duckdb.Error:
+        with reading_file(warehouse) as con:
+            return con.execute("select project_sha256 from main.tilake_project_state").fetchone()[0] or ""
+    except (TilakeError, duckdb.Error):
         return ""
-    try:
-        return con.execute("select project_sha256 from main.tilake_project_state").fetchone()[0] or ""
-    except duckdb.Error:
-        return ""
-    finally:
-        con.close()
 
 
 @contextlib.contextmanager
@@ -219,12 +217,10 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
             file); DbtInterrupted: Ctrl-C (dbt's own traceback is not replayed); LakeBusyError.
     """
     from dbt.cli.main import dbtRunner
-    from rich.console import Console
 
     from tilake.lake.rules import record_json
 
     dbt_dir = lake.root / ".dbt"
-    console = Console(stderr=True)
     meter = DbtProgress(command, settings.dbt_progress() if progress else "quiet")
     with lake.writing(), _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
                                       DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
@@ -238,7 +234,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         args += ["--vars", json.dumps({"tilake_project_sha": sha, "tilake_rules": record_json(rules)})]
         args += list(extra or [])
         if rules:
-            console.print(f"rules: {rules['dir']} ({', '.join(rules['files'])})", markup=False, highlight=False)
+            notice(f"rules: {rules['dir']} ({', '.join(rules['files'])})")
         auto_refresh = False
         if not full_refresh and not select and command in ("build", "run"):
             recorded = warehouse_project_sha(lake.warehouse)
@@ -247,7 +243,7 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
                 why = ("the dbt project changed since this warehouse was built (tilake upgraded, seeds or rules edited)"
                        if recorded else "this warehouse has no record of the dbt project that built it "
                        "(plain dbt, a partial build or an older tilake)")
-                console.print(f"[yellow]{why}: full refresh[/yellow]")
+                notice(f"{why}: full refresh", style="yellow")
         if full_refresh or auto_refresh:
             args.append("--full-refresh")
         with _held_dbt_output() as held:

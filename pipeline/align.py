@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from tilake.diagnosis.kernel_align import Kernel, StepAlignment, align_step
-from tilake.lake.duck import connect
+from tilake.lake.read import reading_file
 from tilake.lake.schema import ALIGN_TABLES
 from tilake.lake.store import Lake
 from tilake.vocab import AlignStatus
@@ -50,11 +50,8 @@ def load_kernels(warehouse: Path, run_id: str) -> Tuple[Dict[str, List[Kernel]],
         ``(kernels by side, rank by side, problem by side)``; a side whose rows are aggregated text
         rows (``call_count > 1``: no launch order) is left out with its problem.
     """
-    con = connect(warehouse, read_only=True)
-    try:
+    with reading_file(warehouse) as con:
         rows = con.execute(KERNELS_SQL, {"run_id": run_id}).fetchall()
-    finally:
-        con.close()
     out: Dict[str, List[Kernel]] = {"train": [], "infer": []}
     ranks: Dict[str, int] = {}
     problems: Dict[str, str] = {}
@@ -169,11 +166,9 @@ def align_stale_runs(lake: Lake) -> Dict[str, Dict[str, Any]]:
     has none): ``tilake build`` after ``tilake ingest``. Returns run id → :func:`align_run` result."""
     if not lake.warehouse.exists():
         return {}
-    con = connect(lake.warehouse, read_only=True)
-    try:
-        runs = [r[0] for r in con.execute(STALE_SQL).fetchall()]
-    except duckdb.Error:   # a warehouse built before the alignment models existed: nothing to align yet
-        runs = []
-    finally:
-        con.close()
+    with lake.reading(raw=False) as con:
+        try:
+            runs = [r[0] for r in con.execute(STALE_SQL).fetchall()]
+        except duckdb.Error:   # a warehouse built before the alignment models existed: nothing to align yet
+            runs = []
     return {r: align_run(lake, r) for r in runs}

@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
 from tilake.lake.dump_records import DumpJoin, DumpPoint, DumpSummary, Pairing, ProbeReport, TaskCard
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
+from tilake.progress import label_callback
+from tilake.reports.progress_console import steps_bar
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
 from tilake.diagnosis import outputs as O
@@ -29,24 +31,6 @@ from tilake.diagnosis.suggest import exit_status
 # leaves the warehouse current for them (registry.warehouse_is_current trusts the file's mtime)
 DUMP_MODELS = ["path:models/marts/dumps", "fct_run_registry", "fct_run_divergence", "fct_change_divergence",
                "fct_change_divergence_any"]
-
-
-def _progress():
-    """A rich progress bar (on stderr) and its callback ``(label, done, total)``."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    prog = Progress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=True)
-    tasks: Dict[str, int] = {}
-
-    def cb(label: str, done: int, total: int) -> None:
-        key = label.split(":")[0]
-        if key not in tasks:
-            tasks[key] = prog.add_task(label[:48], total=total)
-        prog.update(tasks[key], completed=done + 1, total=total, description=label[:48])
-
-    return prog, cb
 
 
 def write_dump_outputs(an: "A.Analysis", card: TaskCard, out_dir: Path,
@@ -77,17 +61,12 @@ def profile_join(lake: Lake, run_id: str) -> DumpJoin:
     ``fct_boundary_kernels`` (:func:`tilake.reports.alignment.dump_join_facts`): ``joined`` when the lake
     holds a profile of the same run, step, rank and model, else ``refused`` with the reason, or
     ``no_profile`` (also when the lake has no warehouse yet)."""
-    from tilake.lake.duck import connect
     from tilake.reports.alignment import dump_join_facts
 
-    wh = lake.root / "warehouse.duckdb"
-    if not wh.is_file():
+    if not (lake.root / "warehouse.duckdb").is_file():
         return dict(dump_join_facts(None, run_id), status="no_profile", reason="the lake has no warehouse yet")
-    con = connect(wh, read_only=True)
-    try:
+    with lake.reading(raw=False) as con:
         return dump_join_facts(con, run_id)
-    finally:
-        con.close()
 
 
 def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] = None) -> ProbeReport:
@@ -102,8 +81,8 @@ def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] 
     return res
 
 
-def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_hf_vllm",
-                rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, str]] = None,
+def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "qwen3_hf_vllm",
+                rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, Union[str, int, float]]] = None,
                 request_index: Optional[int] = None, cu_seqlens: Optional[Sequence[int]] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
                 run_id: Optional[str] = None, build: bool = False, charts: bool = True,
@@ -142,19 +121,14 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, map_name: str = "qwen3_
     with contextlib.ExitStack() as held:
         if lake is not None:   # first: a read-only or busy lake is said before the analysis, not after it
             held.enter_context(lake.writing())   # one lock, one ensure: lake rows, then the dump marts
-        prog, cb = _progress() if show_progress else (None, None)
-        if prog:
-            prog.start()
-        try:
+        with steps_bar(show_progress) as prog:
+            cb = label_callback(prog) if show_progress else None
             an = A.analyze_pair(rins, bmap, pairing, card, cb, logprob)
             written = {}
             if lake is not None:
                 from tilake.diagnosis.lake_rows import write_lake
 
                 written = write_lake(lake, run_id, an, rins, card, cb)
-        finally:
-            if prog:
-                prog.stop()
         first = next((r for r in an.boundary_rows if r["round"] == 0 and r.get("train_shape")), None)
         card["observed"] = {
             "token_rows": ({s: (first.get(f"{s}_shape") or [None])[0] for s in ("train", "infer")} if first
@@ -195,7 +169,7 @@ class StubPrepared(NamedTuple):
     config: str
 
 
-def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
+def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path, *,
                      map_name: str = "qwen3_hf_vllm") -> StubPrepared:
     """Write the stub's source tensors + an msprobe ``config.json`` whose ``load.path`` points at them.
 

@@ -55,7 +55,7 @@ def example_lake(out_dir: Path, lake_path: Optional[Path] = None) -> Path:
     return Path(lake_path or Path(out_dir) / "lake").resolve()
 
 
-def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh",
+def run_example(out_dir: Path, lake_path: Optional[Path] = None, *, lang: str = "zh",
                 backend: str = "ascend", device: Optional[str] = None, with_dump: bool = False) -> ProfileResult:
     """Write ``<out_dir>/profiler_output`` (replacing an earlier example there), then run the pipeline.
 
@@ -73,7 +73,7 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh
     if with_dump:
         if backend != "ascend":
             raise TilakeError("--with-dump goes with the synthetic profile (--backend ascend)")
-        return run_joined_example(out_dir, lake_path, lang)
+        return run_joined_example(out_dir, lake_path, lang=lang)
 
     out_dir = Path(out_dir).resolve()
     if out_dir.exists() and not out_dir.is_dir():
@@ -87,17 +87,18 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh
         from tilake.workloads.rl_step import run_meta, run_rl_step
 
         traces = run_rl_step(capture, device=device)
-        return run_profile(capture, lake, TORCH_EXAMPLE_RUN_ID, out_dir, {**run_meta(traces), "phases": Phase.ALL}, lang)
+        return run_profile(capture, lake, TORCH_EXAMPLE_RUN_ID, out_dir, run_meta={**run_meta(traces), "phases": Phase.ALL},
+                           lang=lang)
     from tilake.synth import make_profiler_output
 
     make_profiler_output(capture, seed=0)
-    return run_profile(capture, lake, EXAMPLE_RUN_ID, out_dir, dict(EXAMPLE_META), lang)
+    return run_profile(capture, lake, EXAMPLE_RUN_ID, out_dir, run_meta=dict(EXAMPLE_META), lang=lang)
 
 
 JOINED_RUN_ID = "example-qwen3-0.6b-grpo-dump"
 
 
-def run_joined_example(out_dir: Path, lake_path: Optional[Path] = None, lang: str = "zh") -> ProfileResult:
+def run_joined_example(out_dir: Path, lake_path: Optional[Path] = None, *, lang: str = "zh") -> ProfileResult:
     """The example with both halves of one step in one run (``tilake example --with-dump``).
 
     1. The synthetic profile of :func:`run_example` (28 layers), ingested as run :data:`JOINED_RUN_ID`
@@ -132,11 +133,11 @@ def run_joined_example(out_dir: Path, lake_path: Optional[Path] = None, lang: st
     make_profiler_output(out_dir / "profiler_output", seed=0)
     meta = dict(EXAMPLE_META, step=0, collection_method=EXAMPLE_META["collection_method"]
                 + "; with a synthetic msprobe dump of the same step (tilake.synth.msprobe_step)")
-    res = run_profile(out_dir / "profiler_output", lake, JOINED_RUN_ID, out_dir, meta, lang)
+    res = run_profile(out_dir / "profiler_output", lake, JOINED_RUN_ID, out_dir, run_meta=meta, lang=lang)
     train, infer = write_dump_pair(out_dir / "dumps")
     dump = run_analyze(train, infer, out_dir / "dump_report", card={"model": EXAMPLE_META["model_id"]},
                        lake_path=lake.root, run_id=JOINED_RUN_ID, build=True, charts=True, show_progress=False)
-    report_command(lake, JOINED_RUN_ID, out_dir, lang)
-    res.outputs.update(dumps=out_dir / "dumps", dump_report=Path(dump["outputs"]["report_md"]),
-                       dump_report_html=Path(dump["outputs"]["report_html"]))
+    report_command(lake, JOINED_RUN_ID, out_dir, lang=lang)
+    res.outputs.update(dumps=out_dir / "dumps", dump_report=Path(dump.outputs["report_md"]),
+                       dump_report_html=Path(dump.outputs["report_html"]))
     return res

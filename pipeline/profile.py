@@ -27,6 +27,7 @@ from tilake.ingest.run_facts import RunMeta
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
+from tilake.reports.progress_console import ingest_bar
 from tilake.vocab import CaptureStatus, Evidence
 
 if TYPE_CHECKING:   # the report module is imported when a report is written (it pulls in jinja2, matplotlib)
@@ -158,7 +159,7 @@ def collect_captures(profiler_output: Optional[Path], train: Sequence[Path] = ()
 
 @contextlib.contextmanager
 def captures_for(profiler_output: Optional[PathLike], train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
-                 ray: Optional[str] = None, rl_step: Optional[int] = None) -> Iterator[Tuple[List[Capture], Any]]:
+                 *, ray: Optional[str] = None, rl_step: Optional[int] = None) -> Iterator[Tuple[List[Capture], Any]]:
     """``(captures, fleet)`` for one ingest: :func:`collect_captures` on this machine and ``fleet`` None,
     or with ``ray`` (``--ray auto|local|ADDRESS``; None: ``$TILAKE_RAY``) a Ray fleet held open for the block
     (:func:`tilake.ingest.profiler.fleet.ray_fleet`) whose nodes each found the captures on their own
@@ -209,7 +210,7 @@ def source_description(profiler_output: Optional[Path], train: Sequence[Path] = 
     return "; ".join(parts)
 
 
-def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_dir: Path,
+def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_dir: Path, *,
                 run_meta: Optional[RunMeta] = None, lang: str = "zh", train: Sequence[Path] = (),
                 infer: Sequence[Path] = (), allow_missing: bool = False,
                 progress: bool = True, profiler_step: Optional[int] = None,
@@ -234,13 +235,14 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
     check_out_dir(out_dir, lake.root)
     stack = contextlib.ExitStack()
     with stack:
-        caps, fleet = stack.enter_context(captures_for(profiler_output, train, infer, ray, rl_step))
+        caps, fleet = stack.enter_context(captures_for(profiler_output, train, infer, ray=ray, rl_step=rl_step))
         check_sides(caps, profiler_output, allow_missing)
         meta = dict(run_meta or {})
         meta.setdefault("source_path", source_description(profiler_output, train, infer))
         with lake.writing():   # one lock, one ensure: ingest and build
-            ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=progress,
-                                 profiler_step=profiler_step, fleet=fleet)
+            with ingest_bar(progress) as bar:
+                ing = ingest_profile(lake, run_id, caps, meta, allow_missing=allow_missing, progress=bar,
+                                     profiler_step=profiler_step, fleet=fleet)
             stack.close()      # Ray is left before the dbt build
             build, alignment = _build_after_ingest(lake, run_id)
     build.raise_if_failed(path=lake.root)
@@ -248,15 +250,15 @@ def run_profile(profiler_output: Optional[Path], lake: Lake, run_id: str, out_di
 
 
 def _build_after_ingest(lake: Lake, run_id: str) -> Tuple[BuildResult, Any]:
-    """dbt build (swapped in atomically), then the kernel alignment rows of ``run_id`` when it succeeded."""
-    with lake.writing():
-        try:
-            build = build_swapped(lake)
-        except DbtInterrupted as exc:
-            raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
-        from tilake.pipeline.align import align_run   # numpy: imported on the build path only
+    """dbt build (swapped in atomically), then the kernel alignment rows of ``run_id`` when it succeeded.
+    The caller holds the lake's door (:meth:`Lake.writing`)."""
+    try:
+        build = build_swapped(lake)
+    except DbtInterrupted as exc:
+        raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
+    from tilake.pipeline.align import align_run   # numpy: imported on the build path only
 
-        alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
+    alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
     return build, alignment
 
 
@@ -271,7 +273,7 @@ def _finish_profile(lake: Lake, run_id: str, out_dir: Path, lang: str, ing: Inge
     warnings = uncategorized_warning(out["facts"]["uncategorized"])   # this run only, not the lake
     warnings += [warning_text(n) for n in build.warnings if not n[0].startswith(UNCATEGORIZED_TEST)]
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
-                 for c in ing.captures if c.status != CaptureStatus.OK or c.notes]
+                 for c in ing.captures if c.status != CaptureStatus.OK]   # identity notes live in the health reason
     warnings += ing.notes
     if alignment and alignment["status"] != "ok":
         warnings.append(f"kernel alignment: {alignment['status']} — {alignment['reason']}")
@@ -363,7 +365,7 @@ def _facts(model: Dict[str, Any]) -> Dict[str, Any]:
     return facts_meta(**{k: model.pop(k) for k in ("phases", "log", "script", "settings") if k in model})
 
 
-def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
+def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None, *,
                    train: Sequence[PathLike] = (), infer: Sequence[PathLike] = (),
                    allow_missing: bool = False, progress: bool = True, profiler_step: Optional[int] = None,
                    rl_step: Optional[int] = None, ray: Optional[str] = None, **model: Any) -> IngestResult:
@@ -381,17 +383,17 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
     """
     rid = resolve_run_id(run_id, profiler_output, train, infer)
     facts = _facts(model)
-    with captures_for(profiler_output, train, infer, ray, rl_step) as (caps, fleet):
+    with captures_for(profiler_output, train, infer, ray=ray, rl_step=rl_step) as (caps, fleet):
         check_sides(caps, profiler_output, allow_missing)
         meta = run_meta(**model, collection_method=RECORDED,
                         source_path=source_description(profiler_output, train, infer))
         meta.update(facts)
-        with lake.writing():
-            return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=progress,
+        with lake.writing(), ingest_bar(progress) as bar:
+            return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=bar,
                                   profiler_step=profiler_step, fleet=fleet)
 
 
-def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = False) -> Tuple[BuildResult, List[str]]:
+def build_command(lake: Lake, *, select: Sequence[str] = (), full_refresh: bool = False) -> Tuple[BuildResult, List[str]]:
     """``tilake build``: the warehouse door (:func:`tilake.lake.warehouse.build_swapped`) on an existing lake.
 
     Returns:
@@ -410,14 +412,14 @@ def build_command(lake: Lake, select: Sequence[str] = (), full_refresh: bool = F
     return res, [warning_text(n) for n in res.warnings]
 
 
-def report_command(lake: Lake, run_id: str, out_dir: PathLike, lang: str = "zh") -> "OpDiffOutputs":
+def report_command(lake: Lake, run_id: str, out_dir: PathLike, *, lang: str = "zh") -> "OpDiffOutputs":
     """``tilake report``: the operator diff report of ``run_id`` from the marts (see ``write_report``)."""
     from tilake.reports.op_diff import write_report
 
     return write_report(lake.warehouse, run_id, check_out_dir(Path(out_dir), lake.root, create=False), lang)
 
 
-def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None,
+def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optional[str] = None, *,
                 out_dir: Optional[PathLike] = None, lang: str = "zh", train: Sequence[PathLike] = (),
                 infer: Sequence[PathLike] = (), allow_missing: bool = False, progress: bool = True,
                 profiler_step: Optional[int] = None, rl_step: Optional[int] = None, ray: Optional[str] = None,
@@ -433,6 +435,6 @@ def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optiona
     facts = _facts(model)
     meta = run_meta(**model, collection_method=RECORDED)
     meta.update(facts)
-    return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), meta, lang,
-                       train, infer, allow_missing, progress=progress, profiler_step=profiler_step, rl_step=rl_step,
-                       ray=ray)
+    return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), run_meta=meta,
+                       lang=lang, train=train, infer=infer, allow_missing=allow_missing, progress=progress,
+                       profiler_step=profiler_step, rl_step=rl_step, ray=ray)

@@ -14,7 +14,7 @@ Stages (seed ``operator-diff-scanner``):
 :func:`scan_from_output` runs stages 4–5 on recorded output (no NPU needed). The run id is
 derived from the resolved script path and the model id unless given, so scanning the same
 script again replaces that run's partitions in the lake. Console tables and the fallback-3 report
-are rendered by :mod:`tilake.pipeline.scan_print`.
+are drawn by :mod:`tilake.reports.scan_console` from the views of :mod:`tilake.pipeline.scan_print`.
 """
 from __future__ import annotations
 
@@ -22,16 +22,10 @@ import json
 import os
 import re
 import socket
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
-
-from rich.console import Console
-from rich.markup import escape
-from rich.panel import Panel
-from rich.text import Text
 
 from tilake.ingest.scan import seam as npu_seam
 from tilake.errors import TilakeError
@@ -47,8 +41,9 @@ from tilake.ingest.scan.inject import (BLOCK_BEGIN, backup_script, check_writabl
 from tilake.ingest.scan.run import RunResult, expected_wait, run_script
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
 from tilake.lake.registry import model_family_for
-from tilake.pipeline.scan_print import (print_checks, print_config, print_diff, print_stage3, stage1_json,
-                                        write_skipped_report)
+from tilake.pipeline.scan_print import config_view, stage1_json, stage3_view, write_skipped_report
+from tilake.reports.json_out import emit_json
+from tilake.reports.scan_console import ScanConsole, escape
 from tilake.vocab import Evidence, ExitCode
 
 
@@ -161,11 +156,11 @@ def _output_dir(parsed: ParsedScript, changed: bool, env: Mapping[str, str]) -> 
 
 
 # ------------------------------------------------------------------------------ scan
-def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Optional[Path] = None,
+def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Optional[Path] = None,
          lang: str = "zh", script_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
-         seam: Optional[NpuSeam] = None, console: Optional[Console] = None, timeout_s: Optional[float] = None,
+         seam: Optional[NpuSeam] = None, console: Any = None, timeout_s: Optional[float] = None,
          dry_run: bool = False, progress: bool = True, profiler: str = "npu",
-         rl_step: Optional[int] = None) -> ScanResult:
+         rl_step: Optional[int] = None, ray: Optional[str] = None) -> ScanResult:
     """Run all five stages on ``script``.
 
     ``profiler="torch"`` (verl ``global_profiler.tool=torch``, a GPU or CPU host): the environment is checked with
@@ -181,7 +176,8 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
         env: environment for the run (default ``os.environ``). seam: NPU seam (default the real one).
         timeout_s: kill the RL run after this long. dry_run: stages 1–2 only, nothing written.
         profiler: ``npu`` (torch_npu, default) or ``torch``. rl_step: with several profiled RL steps, the one
-            to ingest.
+            to ingest. ray: ingest on Ray (:func:`tilake.pipeline.profile.captures_for`).
+        console: a :class:`~tilake.reports.scan_console.ScanConsole` or a rich ``Console`` (default: stdout).
     Returns:
         :class:`ScanResult`.
     Raises:
@@ -189,7 +185,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
             with its fix first), read-only script, failed or killed run (log tail printed, output
             kept, lake unchanged), pipeline errors.
     """
-    console = console or Console(stderr=False)
+    console = ScanConsole.wrap(console)
     env = dict(os.environ if env is None else env)
     seam = seam or npu_seam.get_seam()
     out_dir = Path(out_dir or ".")
@@ -198,7 +194,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     parsed = parse_script(script, env=env, args=script_args)
     rid = validate_run_id(run_id or parsed.run_id())
     res = ScanResult(rid, "dry_run" if dry_run else "running", parsed)
-    print_config(console, parsed)
+    console.config(config_view(parsed))
     if profiler not in ("npu", "torch"):
         raise TilakeError(f"--profiler must be npu or torch, not {profiler!r}")
     if profiler == "torch":
@@ -212,10 +208,10 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
             probe_env["ASCEND_RT_VISIBLE_DEVICES"] = vis      # the script sets it for the launch command
         probe = seam.probe(probe_env, python)
         res.checks = check_environment(parsed, probe, env)
-    print_checks(console, res.checks)
+    console.checks(res.checks)
     bad = failed(res.checks)
     if not probe.real:
-        console.print(f"[bold yellow]NPU seam: {probe.seam} — not torch_npu, no NPU data is produced[/]")
+        console.say(f"[bold yellow]NPU seam: {probe.seam} — not torch_npu, no NPU data is produced[/]")
     if bad and not dry_run:
         head = ("environment check failed (the script's own interpreter)" if profiler == "torch"
                 else NO_NPU_MESSAGE if probe.torch_npu is None else "environment check failed")
@@ -230,7 +226,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     if plan.refused:
         if not dry_run:
             raise ScanStopped(f"stage 2 stopped: {plan.refused}; nothing was written", path=parsed.path)
-        console.print(Panel(Text(plan.refused), title="stage 2 · the scan would stop here (dry run)", border_style="red"))
+        console.panel(plan.refused, "stage 2 · the scan would stop here (dry run)", border_style="red")
         res.warnings.append(plan.refused)
         return res
     output_dir = _output_dir(parsed, plan.changed, env)
@@ -238,18 +234,18 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     _guard_output_dir(output_dir, parsed.path)
     if dry_run:
         res.diff = unified_diff(parsed.text, plan.new_text, parsed.path.name, parsed.path.name + " (planned)")
-        console.print(Panel(Text(plan.reason), title="stage 2 · profiler block (dry run: nothing written)"))
+        console.panel(plan.reason, "stage 2 · profiler block (dry run: nothing written)")
         if res.diff:
-            print_diff(console, res.diff)
+            console.diff(res.diff)
         if bad:
-            console.print(f"[red]{len(bad)} environment check(s) fail: the real scan would stop at stage 1[/]")
+            console.say(f"[red]{len(bad)} environment check(s) fail: the real scan would stop at stage 1[/]")
         return res
 
     if fs_read_only(parsed.path.parent):
         check_writable(parsed.path)          # raises with the read-only-filesystem message
     backup, created = backup_script(parsed.path, stamp)
     res.backup = backup
-    console.print(f"stage 1 · backup: {escape(str(backup))}" + ("" if created else " (identical backup reused)"))
+    console.say(f"stage 1 · backup: {escape(backup)}" + ("" if created else " (identical backup reused)"))
     check_writable(parsed.path)
 
     # ---- stage 2: inject
@@ -263,20 +259,20 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
             raise ScanStopped("the profiler block did not reach the launch command; the script was restored "
                               f"from {backup.name}", path=parsed.path, hint="add the PROFILER block by hand")
         parsed = res.parsed = check
-        console.print(Panel(Text(plan.reason), title="stage 2 · profiler block"))
-        print_diff(console, res.diff)
+        console.panel(plan.reason, "stage 2 · profiler block")
+        console.diff(res.diff)
     else:
-        console.print(Panel(Text(plan.reason + " — script left unchanged"), title="stage 2 · profiler block"))
+        console.panel(plan.reason + " — script left unchanged", "stage 2 · profiler block")
 
     # ---- stage 3: run
-    console.print(f"stage 3 · running the full RL script (training + rollout in one run). Expected wait: "
-                  f"[bold]{expected_wait(parsed.config.get('model_id', UNKNOWN))}[/]. Output: {escape(str(output_dir))}")
+    console.say(f"stage 3 · running the full RL script (training + rollout in one run). Expected wait: "
+                f"[bold]{expected_wait(parsed.config.get('model_id', UNKNOWN))}[/]. Output: {escape(output_dir)}")
     log = output_dir / "run.log"
     run = run_script(parsed.path, script_args, env, log, console=console if progress else None,
                      timeout_s=timeout_s)
     res.run = run
-    console.print(f"stage 3 · run finished in {run.elapsed_s:.1f} s, exit status {run.returncode}; "
-                  f"phases seen: {', '.join(run.phases) or 'none'}; log: {escape(str(run.log_path))}")
+    console.say(f"stage 3 · run finished in {run.elapsed_s:.1f} s, exit status {run.returncode}; "
+                f"phases seen: {', '.join(run.phases) or 'none'}; log: {escape(run.log_path)}")
     if run.returncode != 0 or run.interrupted:
         st = collect_torch(output_dir) if profiler == "torch" else collect(output_dir, seam, probe, env, run_analyse=False)
         st.run = _run_record(run)
@@ -285,7 +281,7 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
             write_stage3(st, output_dir / STAGE3_FILE)
         except OSError:
             pass
-        console.print(Panel(Text("\n".join(run.tail[-20:]) or "(no output)"), title="last lines of the RL log"))
+        console.panel("\n".join(run.tail[-20:]) or "(no output)", "last lines of the RL log")
         what = run.reason or f"exit status {run.returncode}"
         raise ScanStopped(f"stage 3 stopped: the RL script failed ({what}); log kept at {run.log_path}; "
                           f"partial output kept in {output_dir} (usable captures: {found}); the lake was not changed",
@@ -305,15 +301,15 @@ def scan(script: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Option
     st.run = _run_record(run)
     res.stage3 = st
     write_stage3(st, output_dir / STAGE3_FILE)
-    print_stage3(console, st)
+    console.stage3(stage3_view(st))
     meta = run_meta(parsed, probe, st, collection, tags)
     # the environment the script ran with: its switches, unless the script sets them itself
     meta["settings"] = {**settings_from_env(env or {}), **(meta.get("settings") or {})}
-    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step)
+    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
 
 
 def _torch_probe(parsed: ParsedScript, env: Mapping[str, str], script_args: Sequence[str], res: ScanResult,
-                 console: Console) -> NpuProbe:
+                 console: ScanConsole) -> NpuProbe:
     """Stage 1b for ``--profiler torch``: the script's own interpreter after its preamble; fills ``res.checks``."""
     words = [w.raw for w in parsed.launch.words]
     idx = next((k for k, w in enumerate(words) if w == "-m"), 0) + 1
@@ -335,14 +331,13 @@ def _run_record(run: RunResult) -> Dict[str, Any]:
 
 
 def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: Lake, rid: str, out_dir: Path,
-                meta: Dict[str, Any], lang: str, console: Console, progress: bool,
-                rl_step: Optional[int] = None) -> ScanResult:
+                meta: Dict[str, Any], lang: str, console: ScanConsole, progress: bool,
+                rl_step: Optional[int] = None, ray: Optional[str] = None) -> ScanResult:
     if st is not None and not st.comparison_possible:
         res.status = "comparison_skipped"
-        res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
-        console.print(Panel(Text(f"fallback 3: {st.to_json()['reason']}.\nReport with every operation attempted: "
-                                 f"{res.report_path}\nThe lake was not changed."), title="stages 4–5 skipped",
-                            border_style="red"))
+        res.report_path = write_skipped_report(st, out_dir, run_id=rid, meta=meta, lang=lang)
+        console.panel(f"fallback 3: {st.to_json()['reason']}.\nReport with every operation attempted: "
+                      f"{res.report_path}\nThe lake was not changed.", "stages 4–5 skipped", border_style="red")
         return res
     from tilake.pipeline.profile import run_profile
 
@@ -353,7 +348,7 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
         meta["_metrics"] = read_rl_metrics(log)
     try:
         pr = run_profile(output_dir, lake, rid, out_dir, run_meta=meta, lang=lang, allow_missing=True,
-                         progress=progress, rl_step=rl_step)
+                         progress=progress, rl_step=rl_step, ray=ray)
     except TilakeError as exc:
         if res.run is None:          # --from-output: nothing expensive to protect
             raise
@@ -370,9 +365,8 @@ def _stages_4_5(res: ScanResult, st: Optional[Stage3], output_dir: Path, lake: L
              *(("ops", p) for p in pr.runtime_ops or []),
              *((k, pr.outputs[k]) for k in ("html", "numeric_csv", "xlsx") if (pr.outputs or {}).get(k))]
     listed = "\n".join(f"{k}: {p}" for k, p in files if p)   # every output written, one per line
-    console.print(Panel(Text(f"run id: {rid}\nlake: {lake.root}\n{listed}\n"
-                             f"evidence: {evidence}\nrows per grade: {grades}\nstatus: {pr.status}"),
-                        title="stages 4–5 · report"))
+    console.panel(f"run id: {rid}\nlake: {lake.root}\n{listed}\n"
+                  f"evidence: {evidence}\nrows per grade: {grades}\nstatus: {pr.status}", "stages 4–5 · report")
     return res
 
 
@@ -385,10 +379,10 @@ def _torch_output(output_dir: Path) -> bool:
     return bool(find_traces(output_dir))
 
 
-def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None, out_dir: Optional[Path] = None,
+def scan_from_output(output_dir: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Optional[Path] = None,
                      lang: str = "zh", script: Optional[Path] = None, env: Optional[Mapping[str, str]] = None,
-                     console: Optional[Console] = None, progress: bool = True,
-                     rl_step: Optional[int] = None) -> ScanResult:
+                     console: Any = None, progress: bool = True, rl_step: Optional[int] = None,
+                     ray: Optional[str] = None) -> ScanResult:
     """Stages 4–5 on recorded ``profiler_output`` (nothing inside it is modified). A folder of PyTorch-profiler
     traces only is checked as ``--profiler torch`` output (:func:`tilake.ingest.scan.collect.collect_torch`).
 
@@ -398,14 +392,14 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     Raises:
         TilakeError: missing folder, unparsable script, pipeline errors.
     """
-    console = console or Console()
+    console = ScanConsole.wrap(console)
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         raise TilakeError("profiler output folder does not exist" if not output_dir.exists()
                           else "not a folder (expected a verl profiler_output/)", path=output_dir)
     parsed = parse_script(script, env=dict(os.environ if env is None else env)) if script else None
     if parsed is not None:
-        print_config(console, parsed)
+        console.config(config_view(parsed))
         rid = run_id or parsed.run_id()
     else:
         from tilake.pipeline.profile import default_run_id
@@ -426,9 +420,9 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
         if not isinstance(st_json, dict):
             st_json = None
         if st_json:
-            console.print(f"stage 3 record of the original scan: {escape(str(recorded))}")
+            console.say(f"stage 3 record of the original scan: {escape(recorded)}")
     res.stage3 = st
-    print_stage3(console, st)
+    console.stage3(stage3_view(st))
     tags = {"scan": "from-output"}
     meta = run_meta(parsed, None, st, "tilake scan --from-output: recorded verl profiler output", tags)
     if recorded.is_file() and st_json:
@@ -441,11 +435,11 @@ def scan_from_output(output_dir: Path, lake: Lake, run_id: Optional[str] = None,
     meta["source_path"] = str(output_dir.resolve())
     if not st.comparison_possible:
         res.status = "comparison_skipped"
-        res.report_path = write_skipped_report(st, out_dir, rid, meta, lang)
-        console.print(Panel(Text(f"{st.to_json()['reason']}.\nReport: {res.report_path}\nThe lake was not changed."),
-                            title="stages 4–5 skipped", border_style="red"))
+        res.report_path = write_skipped_report(st, out_dir, run_id=rid, meta=meta, lang=lang)
+        console.panel(f"{st.to_json()['reason']}.\nReport: {res.report_path}\nThe lake was not changed.",
+                      "stages 4–5 skipped", border_style="red")
         return res
-    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step)
+    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
 
 
 def result_json(res: ScanResult) -> Dict[str, Any]:
@@ -463,9 +457,10 @@ def result_json(res: ScanResult) -> Dict[str, Any]:
             "warnings": res.warnings}
 
 
-def cli_scan(script: Optional[Path], from_output: Optional[Path], lake_path: Optional[Path], run_id: Optional[str],
-             out_dir: Path, lang: str, dry_run: bool, timeout_s: Optional[float], script_args: Sequence[str],
-             fmt: str = "text", profiler: str = "npu", rl_step: Optional[int] = None) -> int:
+def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake: Lake, run_id: Optional[str] = None,
+             out_dir: Path = Path("."), lang: str = "zh", dry_run: bool = False, timeout_s: Optional[float] = None,
+             script_args: Sequence[str] = (), fmt: str = "text", profiler: str = "npu", rl_step: Optional[int] = None,
+             ray: Optional[str] = None) -> int:
     """Body of ``tilake scan`` (kept here so ``cli.py`` stays thin). Returns the exit status:
     0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2).
     ``fmt="json"``: the tables go to stderr and :func:`result_json` is written to stdout."""
@@ -473,18 +468,18 @@ def cli_scan(script: Optional[Path], from_output: Optional[Path], lake_path: Opt
         raise TilakeError(f"--lang must be zh or en, not {lang!r}")
     if fmt not in ("text", "json"):
         raise TilakeError(f"--format must be text or json, not {fmt!r}")
-    console = Console(stderr=True) if fmt == "json" else None
-    lake = Lake(lake_path)
+    console = ScanConsole(stderr=fmt == "json")
     if from_output is not None:
         if dry_run or script_args:
             raise TilakeError("--from-output runs stages 4–5 only: --dry-run and script arguments do not apply")
-        res = scan_from_output(from_output, lake, run_id, out_dir, lang, script=script, console=console,
-                               progress=fmt == "text", rl_step=rl_step)
+        res = scan_from_output(from_output, lake, run_id=run_id, out_dir=out_dir, lang=lang, script=script,
+                               console=console, progress=fmt == "text", rl_step=rl_step, ray=ray)
     else:
         if script is None:
             raise TilakeError("give the RL launch script (tilake scan run_qwen3.sh) or --from-output DIR")
-        res = scan(script, lake, run_id, out_dir, lang, script_args=script_args, timeout_s=timeout_s, dry_run=dry_run,
-                   console=console, progress=fmt == "text", profiler=profiler, rl_step=rl_step)
+        res = scan(script, lake, run_id=run_id, out_dir=out_dir, lang=lang, script_args=script_args,
+                   timeout_s=timeout_s, dry_run=dry_run, console=console, progress=fmt == "text", profiler=profiler,
+                   rl_step=rl_step, ray=ray)
     if fmt == "json":
-        sys.stdout.write(json.dumps(result_json(res), ensure_ascii=False, indent=2, default=str) + "\n")
+        emit_json(result_json(res))
     return ExitCode.SCAN_SKIPPED if res.status == "comparison_skipped" else ExitCode.DONE

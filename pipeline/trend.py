@@ -23,7 +23,7 @@ def default_chart_path(metric: str, by: str) -> Path:
     return Path(f"trend_{metric}_by_{re.sub(r'[^A-Za-z0-9._-]+', '_', by)}.png")
 
 
-def trend_command(lake: Lake, metric: str, by: str = "model_family", x: str = "run",
+def trend_command(lake: Lake, metric: str, *, by: str = "model_family", x: str = "run",
                   output: Optional[Path] = None, chart: bool = True) -> Tuple["trends.TrendResult", Optional[Path]]:
     """Compute ``metric`` per series ``by`` along ``x``; plot it unless ``chart`` is False or no series.
 

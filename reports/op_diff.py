@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, TypedDict
 from jinja2 import StrictUndefined
 from markupsafe import Markup
 
-from tilake.lake.duck import connect
+from tilake.lake.read import reading_file
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
 from tilake.reports.alignment import alignment_facts
@@ -54,18 +54,16 @@ def load_facts(warehouse: Path, run_id: str) -> Dict[str, Any]:
     """
     if not Path(warehouse).exists():
         raise TilakeError("no warehouse.duckdb: run `tilake build` first", path=warehouse)
-    con = connect(warehouse, read_only=True)
-    try:
-        facts = {name: run_query(con, f"op_diff_{name}", run_id)
-                 for name in ("run", "captures", "side_ops", "comparison", "call_stacks", "kernel_names",
-                              "uncategorized", "fused_matches", "categorisation", "phase_scope", "phases",
-                              "metrics")}
-        facts["alignment"] = alignment_facts(con, run_id)   # layer-by-layer kernel alignment, profile ⋈ dump
-    except Exception as exc:
-        raise TilakeError(f"cannot read the marts ({str(exc).splitlines()[0]}); run `tilake build`",
-                          path=warehouse) from exc
-    finally:
-        con.close()
+    with reading_file(warehouse) as con:
+        try:
+            facts = {name: run_query(con, f"op_diff_{name}", run_id)
+                     for name in ("run", "captures", "side_ops", "comparison", "call_stacks", "kernel_names",
+                                  "uncategorized", "fused_matches", "categorisation", "phase_scope", "phases",
+                                  "metrics")}
+            facts["alignment"] = alignment_facts(con, run_id)   # layer-by-layer kernel alignment, profile ⋈ dump
+        except Exception as exc:
+            raise TilakeError(f"cannot read the marts ({str(exc).splitlines()[0]}); run `tilake build`",
+                              path=warehouse) from exc
     if not facts["run"]:
         raise TilakeError(f"run {run_id!r} is not in the warehouse (ingest it, then `tilake build`)",
                           path=warehouse)

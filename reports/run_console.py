@@ -123,9 +123,9 @@ def finish(res, lake: Path, as_json: bool = False, example: bool = False) -> int
     there) or :func:`print_run_summary` (plus :func:`print_example_next` for the example); returns
     the exit status (:func:`exit_status`)."""
     if as_json:
-        import json
+        from tilake.reports.json_out import emit_json
 
-        print(json.dumps(run_summary_json(res, lake), ensure_ascii=False, indent=2, default=str))
+        emit_json(run_summary_json(res, lake))
     else:
         print_run_summary(res, lake=None if example else lake)
         if example:

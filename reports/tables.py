@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
-from tilake.lake.duck import connect
 from tilake.lake.dump_records import ReportSource
+from tilake.lake.read import reading_file
 from tilake.reports.escape import csv_cell
 from tilake.reports.labels import both, grade_palette, label
 from tilake.vocab import BoundaryStatus, Evidence, Grade, grade_look
@@ -71,18 +71,16 @@ def mart_extras(warehouse: Path, run_id: str) -> Dict[str, Any]:
     Raises:
         TilakeError: the warehouse cannot be read (run ``tilake build``).
     """
-    con = connect(Path(warehouse), read_only=True)
-    try:
-        rows = con.execute((QUERIES / "op_diff_device_time.sql").read_text(encoding="utf-8"),
-                           {"run_id": run_id}).fetchall()
-        cur = con.execute((QUERIES / "op_diff_grades.sql").read_text(encoding="utf-8"))
-        cols = [d[0] for d in cur.description]
-        grades = {r[0]: dict(zip(cols[1:], r[1:])) for r in cur.fetchall()}
-    except Exception as exc:
-        raise TilakeError(f"cannot read device time from the marts ({str(exc).splitlines()[0]}); "
-                          "run `tilake build`", path=warehouse) from exc
-    finally:
-        con.close()
+    with reading_file(warehouse) as con:
+        try:
+            rows = con.execute((QUERIES / "op_diff_device_time.sql").read_text(encoding="utf-8"),
+                               {"run_id": run_id}).fetchall()
+            cur = con.execute((QUERIES / "op_diff_grades.sql").read_text(encoding="utf-8"))
+            cols = [d[0] for d in cur.description]
+            grades = {r[0]: dict(zip(cols[1:], r[1:])) for r in cur.fetchall()}
+        except Exception as exc:
+            raise TilakeError(f"cannot read device time from the marts ({str(exc).splitlines()[0]}); "
+                              "run `tilake build`", path=warehouse) from exc
     return {"device": {(m, s): (int(ns) if ns else None, int(calls or 0)) for m, s, ns, calls in rows},
             "grades": grades}
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set
 
 from tilake import settings
+from tilake.progress import Progress, progress_or_null
 from tilake.lake import schema
 from tilake.lake.duck import connect, with_sqlite
 from tilake.errors import TilakeError
@@ -388,7 +389,7 @@ def _run_captures(w: RunWriter, captures: Sequence[Capture], rows: List[Dict], b
 
 
 def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_meta: Optional[RunMeta] = None,
-                   allow_missing: bool = False, progress: bool = True,
+                   allow_missing: bool = False, progress: Optional[Progress] = None,
                    profiler_step: Optional[int] = None, workers: Optional[int] = None,
                    fleet=None) -> IngestResult:
     """Ingest every capture of one run, replacing any earlier ingest of ``run_id``.
@@ -403,6 +404,8 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             anything missing is written ``unknown``/NULL, never guessed (``parallel_config`` comes from
             ``profiler_metadata.json`` when not given).
         allow_missing: record sides without device evidence instead of failing.
+        progress: where the per-capture progress goes (:class:`tilake.progress.Progress`; the CLI's bar is
+            :func:`tilake.reports.progress_console.ingest_bar`); None or a bool: nowhere.
         profiler_step: count only this profiler step (N of ``ProfilerStep#N``) on every rank with markers.
         workers: captures ingested at once (each its own DuckDB instance; see :func:`_run_captures`);
             None = one per CPU core, at most one per (side, rank).
@@ -417,28 +420,24 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             evidence and ``allow_missing`` is False; ``profiler_step`` is missing on a rank with step
             markers. The lake is unchanged in every error case.
     """
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     result = IngestResult(run_id)
     meta = dict(run_meta or {})
     rows: List[Dict] = []
     with lake.write_run(run_id, schema.PROFILE_TABLES) as w:
-        cols = [TextColumn("[bold]ingest[/] {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                TimeElapsedColumn()]
-        with Progress(*cols, disable=not progress, transient=True) as bar:
-            task = bar.add_task(run_id, total=len(captures))
-            for cap in captures:
-                md = fleet.metadata(cap) if fleet is not None else read_metadata(cap.pt_dir)
-                groups = parallel_groups(md)
-                rows.append({"capture_id": cap.capture_id, "path": str(cap.path), "source_kind": cap.kind,
-                             "profiler_level": cap.level, "rank_source": cap.rank_source, "worker": cap.worker or (cap.role or None),
-                             "pid": cap.pid, "device_id": cap.device_id,
-                             "duplicates_ignored": json.dumps([str(d.path) for d in cap.duplicates]) if cap.duplicates else None,
-                             "parallel_groups": json.dumps(groups) if groups else None})
-                if "parallel_config" not in meta and parallel_layout(md):
-                    meta["parallel_config"] = parallel_layout(md)
-            result.captures = (fleet.run(w, captures, rows, bar, task) if fleet is not None
-                               else _run_captures(w, captures, rows, bar, task, workers))
+        bar = progress_or_null(progress)
+        task = bar.add_task(run_id, total=len(captures))
+        for cap in captures:
+            md = fleet.metadata(cap) if fleet is not None else read_metadata(cap.pt_dir)
+            groups = parallel_groups(md)
+            rows.append({"capture_id": cap.capture_id, "path": str(cap.path), "source_kind": cap.kind,
+                         "profiler_level": cap.level, "rank_source": cap.rank_source, "worker": cap.worker or (cap.role or None),
+                         "pid": cap.pid, "device_id": cap.device_id,
+                         "duplicates_ignored": json.dumps([str(d.path) for d in cap.duplicates]) if cap.duplicates else None,
+                         "parallel_groups": json.dumps(groups) if groups else None})
+            if "parallel_config" not in meta and parallel_layout(md):
+                meta["parallel_config"] = parallel_layout(md)
+        result.captures = (fleet.run(w, captures, rows, bar, task) if fleet is not None
+                           else _run_captures(w, captures, rows, bar, task, workers))
         result.notes += _restrict_steps(w, result.captures, profiler_step)
         for side in ("train", "infer"):
             n = max((c.capture.workers for c in result.captures if c.capture.side == side), default=0)

@@ -28,10 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from rich.console import Console
-
 from tilake.files import atomic_write_json
 from tilake.lake.duck import sqlite_ro
+from tilake.progress import Display
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.ingest.profiler.discover import is_raw, pt_dbs
 from tilake.ingest.profiler.metadata import empty_reason
@@ -240,7 +239,7 @@ def _check_db(st: Stage3, side: str, pt: Path, root: Path, after: str) -> Tuple[
 
 
 def collect(output_dir: Path, seam: NpuSeam, probe: Optional[NpuProbe], env: Optional[Mapping[str, str]] = None,
-            run_analyse: bool = True, console: Optional[Console] = None) -> Stage3:
+            run_analyse: bool = True, console: Optional[Display] = None) -> Stage3:
     """Verify a verl ``profiler_output`` tree and parse raw folders, with the fallback chain.
 
     Args:
@@ -288,7 +287,7 @@ def _infer_path(p: Path, root: Path) -> bool:
     return any(h in head for h in ("rollout", "agent_loop", "vllm", "generate"))
 
 
-def _analyse(seam: NpuSeam, pt: Path, export_type, log: Path, env, console: Optional[Console]):
+def _analyse(seam: NpuSeam, pt: Path, export_type, log: Path, env, console: Optional[Display]):
     what = f"analyse({pt.name}{', export_type=' + str(export_type) if export_type else ''}) via {seam.name} …"
     if console is None:
         return seam.analyse(pt, export_type, log, env)
@@ -297,7 +296,7 @@ def _analyse(seam: NpuSeam, pt: Path, export_type, log: Path, env, console: Opti
 
 
 def _one(st: Stage3, side: str, pt: Path, root: Path, seam: NpuSeam, probe: Optional[NpuProbe],
-         env: Optional[Mapping[str, str]], run_analyse: bool, console: Optional[Console] = None) -> SourceState:
+         env: Optional[Mapping[str, str]], run_analyse: bool, console: Optional[Display] = None) -> SourceState:
     rel = _rel(pt, root)
     db, n, note = _check_db(st, side, pt, root, "(as collected)")
     if n:

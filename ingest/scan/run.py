@@ -25,12 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Deque, List, Mapping, Optional, Sequence, Tuple
 
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
-
 from tilake.errors import TilakeError
 from tilake.files import atomic_path
+from tilake.progress import Display, NullDisplay, Segments
 
 #: (regex, phase label), first match wins; checked against every log line
 PHASES: List[Tuple[re.Pattern, str]] = [
@@ -103,7 +100,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_log: Path,
-               console: Optional[Console] = None, timeout_s: Optional[float] = None,
+               console: Optional[Display] = None, timeout_s: Optional[float] = None,
                tail_lines: int = 30) -> RunResult:
     """Run ``bash <script> [args]`` from the script's folder with live progress.
 
@@ -111,11 +108,11 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
         script: the (already injected) launch script. args: its ``$@``.
         env: its environment. final_log: where the log is copied when the run ends
             (``<profiler_output>/run.log``; folders are created).
-        console: rich console for progress (quiet when None). timeout_s: kill after this long.
+        console: where the progress shows (:class:`tilake.progress.Display`; nowhere when None). timeout_s: kill after this long.
     Returns:
         :class:`RunResult`; never raises for a failing script.
     """
-    console = console or Console(quiet=True)
+    console = console or NullDisplay()
     fd, tmp_name = tempfile.mkstemp(prefix="tilake-scan-run-", suffix=".log")
     tmp_log = Path(tmp_name)
     tail: Deque[str] = deque(maxlen=tail_lines)
@@ -125,8 +122,8 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
     interrupted = False
     reason = ""
     returncode: Optional[int] = None
-    console.print(Text(f"  live log: {tmp_log} (copied to {final_log} when the run ends; the profiler block "
-                       "re-creates that folder at start)", style="dim"))
+    console.note(f"  live log: {tmp_log} (copied to {final_log} when the run ends; the profiler block "
+                 "re-creates that folder at start)", "dim")
     with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as log:
         log.write(f"# tilake scan: bash {script.name} {' '.join(args)} (cwd {script.parent})\n")
         try:
@@ -148,18 +145,14 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
         phase = "starting"
         last = ""
 
-        def view() -> Text:
+        def view() -> Segments:
             el = time.monotonic() - start
-            t = Text()
-            t.append(f"  running {script.name}  ", style="bold")
-            t.append(f"{int(el // 60):02d}:{int(el % 60):02d} elapsed", style="cyan")
-            t.append(f"  phase: {phase}\n", style="magenta")
-            t.append("  last: " + (last[:150] if last else "(no output yet)"), style="dim")
-            return t
+            return [(f"  running {script.name}  ", "bold"), (f"{int(el // 60):02d}:{int(el % 60):02d} elapsed", "cyan"),
+                    (f"  phase: {phase}\n", "magenta"), ("  last: " + (last[:150] if last else "(no output yet)"), "dim")]
 
         done = False
         try:
-            with Live(view(), console=console, refresh_per_second=4, transient=True) as live:
+            with console.live(view()) as update:
                 while not done:
                     try:
                         item = lines.get(timeout=0.25)
@@ -180,7 +173,7 @@ def run_script(script: Path, args: Sequence[str], env: Mapping[str, str], final_
                             phase = ph
                             if not phases or phases[-1] != ph:
                                 phases.append(ph)
-                    live.update(view())
+                    update(view())
             returncode = proc.wait()
         except KeyboardInterrupt:
             interrupted, reason = True, "interrupted (Ctrl-C)"

@@ -41,7 +41,7 @@ def runs(shared_dir, tmp_path_factory):
     lake = Lake(tmp / "lake")
     res = {}
     for rid, path in (("mod_a", tmp / "mod"), ("real", shared_dir / REAL), ("mod_b", tmp / "mod")):
-        res[rid] = run_profile(None, lake, rid, tmp / f"out_{rid}", {}, "en", train=[path],
+        res[rid] = run_profile(None, lake, rid, tmp / f"out_{rid}", run_meta={}, lang="en", train=[path],
                                allow_missing=True, progress=False)
     return lake, res
 
@@ -106,7 +106,7 @@ def test_level0_op_types_are_labelled_derived_from_kernel_name(shared_dir, tmp_p
     """Real level-0 DBs of the msinsight CNN job (2 ranks; every opType is N/A)."""
     src = shared_dir / "fixtures/profiler/msinsight/test/data/pytorch/db/level0"
     lake = Lake(tmp_path / "lake")
-    res = run_profile(None, lake, "l0", tmp_path / "out", {}, "en", train=[src], allow_missing=True, progress=False)
+    res = run_profile(None, lake, "l0", tmp_path / "out", run_meta={}, lang="en", train=[src], allow_missing=True, progress=False)
     assert mart(lake.root, "select calls, op_types, derived_op_types, uncategorized_op_types "
                            "from fct_side_categorisation where run_id = 'l0'") == [(382, 34, 34, 0)]
     md = res.report_path.read_text(encoding="utf-8")

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from tilake.cli import main
 from tilake.lake import sql as runs_sql
+from tilake.reports import sql_console
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
 from tilake.lake.registry import list_runs, model_family_for, tool_versions_of
@@ -155,12 +156,12 @@ def test_table_output_and_missing_warehouse(lake, tmp_path):
 
 def test_shell_duckdb_cli_and_fallback(lake, capfd):
     if runs_sql.duckdb_cli():
-        rc = runs_sql.open_shell(lake, input_text="select sum(n) as total from fct_run_registry;\n"
+        rc = sql_console.open_shell(lake, input_text="select sum(n) as total from fct_run_registry;\n"
                                                   "select count(*) as k from raw_kernels;\n"
                                                   "insert into fct_run_registry values ('x','y',1);\n")
         out, err = capfd.readouterr()
         assert "7" in out and "3" in out and "read-only" in (out + err)
-    rc = runs_sql.open_shell(lake, input_text="select sum(n) as total\nfrom fct_run_registry;\n"
+    rc = sql_console.open_shell(lake, input_text="select sum(n) as total\nfrom fct_run_registry;\n"
                                               "drop table fct_run_registry;\n.quit\n", cli=None)
     out, _ = capfd.readouterr()
     assert rc == 0 and "7" in out and "DROP statements are refused" in out

@@ -8,7 +8,7 @@ import io
 
 from rich.console import Console
 
-from tilake.lake.sql import print_result
+from tilake.reports.sql_console import print_result
 
 LONG = "aclnnFlashAttentionScoreGradV2_FlashAttentionScoreGradV2_kernel_bf16"
 

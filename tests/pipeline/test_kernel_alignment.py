@@ -177,7 +177,7 @@ def test_injected_odd_layer_is_named(tmp_path):
     job = JobConfig(layers=8, train_batch_size=1, rollout_n=1, infer_steps=1)
     _odd_capture(tmp_path / "po", job, odd_layer=5)
     lake = Lake(tmp_path / "lake")
-    res = run_profile(tmp_path / "po", lake, "odd", tmp_path / "out", dict(EXAMPLE_META, rl_config={}), "en",
+    res = run_profile(tmp_path / "po", lake, "odd", tmp_path / "out", run_meta=dict(EXAMPLE_META, rl_config={}), lang="en",
                       progress=False)
     odd = dict(q(lake.root, "select distinct layer, odd_reason from fct_kernel_alignment where run_id = 'odd' "
                             "and odd_layer"))
@@ -207,7 +207,7 @@ def joined(tmp_path_factory):
     lake = Lake(tmp / "lake")
     meta = dict(EXAMPLE_META, step=0, rl_config={})
     for rid, step in (("same-step", 0), ("other-step", 3)):
-        run_profile(tmp / "po", lake, rid, tmp / f"out-{rid}", dict(meta, step=step), "en", progress=False)
+        run_profile(tmp / "po", lake, rid, tmp / f"out-{rid}", run_meta=dict(meta, step=step), lang="en", progress=False)
     cfg = Cfg(train_attn="eager")
     tr, inf = dump_train(cfg, tmp / "train"), dump_infer(cfg, tmp / "infer")
     for rid in ("same-step", "other-step"):
@@ -230,7 +230,7 @@ def test_first_divergence_names_its_kernels_and_red_rows_their_boundary(joined):
     # the report: first divergence with kernels, and the red row's boundary with its dump status
     from tilake.pipeline.profile import report_command
 
-    out = report_command(lake, "same-step", tmp / "rep", "en")
+    out = report_command(lake, "same-step", tmp / "rep", lang="en")
     md = Path(out["report"]).read_text(encoding="utf-8")
     assert ("First divergence `L0.attn_core.out` (NOT_EXACT" in md
             and "← 🔴 attention: different_impl layer 0: FlashAttentionScore (positions 6) ↔ "

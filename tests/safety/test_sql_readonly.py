@@ -14,6 +14,7 @@ from hostile import one_error_line, tree_digest
 from tilake.cli import main
 from tilake.errors import TilakeError
 from tilake.lake import sql as runs_sql
+from tilake.reports import sql_console
 from tilake.lake.store import Lake
 
 # one statement per DuckDB StatementType reachable from SQL text; OUT is a path outside the lake,
@@ -147,7 +148,7 @@ def test_reproducer_explain_analyze_copy_through_the_cli(lake, tmp_path):
         assert "statements are refused (inside EXPLAIN)" in line, line
     assert not written.exists() and part.read_bytes() == part_bytes and tree_digest(lake.root) == before
     # the fallback shell takes the same decision
-    assert runs_sql.open_shell(lake, input_text=f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{written}';\n",
+    assert sql_console.open_shell(lake, input_text=f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{written}';\n",
                                cli=None) == 0
     assert not written.exists()
 

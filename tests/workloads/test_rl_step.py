@@ -72,7 +72,7 @@ def test_attention_decomposed_on_train_fused_on_infer_graded_red(torch_example):
 
 def test_cuda_traces_graded_by_the_same_rules(tmp_path):
     root = verl_cuda_layout(tmp_path / "profile")
-    res = run_profile(root, Lake(tmp_path / "lake"), "cuda-synth", tmp_path / "out", {}, "en", progress=False)
+    res = run_profile(root, Lake(tmp_path / "lake"), "cuda-synth", tmp_path / "out", run_meta={}, lang="en", progress=False)
     assert res.evidence == {"train": "device", "infer": "device"} and res.status == "ok"
     comp = _comparison(tmp_path / "lake" / "warehouse.duckdb", "cuda-synth")
     train_ops, infer_ops, grade, rule = comp["attention"]
@@ -94,7 +94,7 @@ def test_cuda_traces_graded_by_the_same_rules(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA path needs one")
 def test_workload_on_cuda_records_device_kernels(tmp_path):
     traces = run_rl_step(tmp_path / "po", device="cuda")
-    res = run_profile(tmp_path / "po", Lake(tmp_path / "lake"), "cuda-real", tmp_path / "out", {}, "en",
+    res = run_profile(tmp_path / "po", Lake(tmp_path / "lake"), "cuda-real", tmp_path / "out", run_meta={}, lang="en",
                       progress=False)
     assert traces.device == "cuda" and res.evidence == {"train": "device", "infer": "device"}
     con = duckdb.connect(str(tmp_path / "lake" / "warehouse.duckdb"), read_only=True)

@@ -1,0 +1,51 @@
+"""The progress bars the front door draws for the lower floors (:mod:`tilake.progress`): rich
+``Progress`` objects, started and stopped here, handed down as a :class:`tilake.progress.Progress`.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from tilake.progress import NullProgress, Progress
+
+
+@contextlib.contextmanager
+def ingest_bar(enabled: bool = True) -> Iterator[Progress]:
+    """The ingest bar (``ingest <run id> ━━━ 3/8 0:00:04``, one task per ingest; transient; on stdout, drawn
+    only on a terminal); ``enabled`` False yields a :class:`~tilake.progress.NullProgress`."""
+    if not enabled:
+        yield NullProgress()
+        return
+    from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+
+    cols = [TextColumn("[bold]ingest[/] {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn()]
+    with RichProgress(*cols, transient=True) as bar:
+        yield bar
+
+
+@contextlib.contextmanager
+def steps_bar(enabled: bool = True) -> Iterator[Progress]:
+    """The dump-analysis bar on stderr (one task per step, 48-character labels, ``n/m`` and elapsed time;
+    transient); feed it through :func:`tilake.progress.label_callback`."""
+    if not enabled:
+        yield NullProgress()
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+
+    prog = RichProgress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    prog.start()
+    try:
+        yield prog
+    finally:
+        prog.stop()
+
+
+def rich_notice(text: str, style: str = "") -> None:
+    """A :data:`tilake.progress.Notice` on a rich stderr console (wrapped to its width, ``style`` applied)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True).print(Text(text, style=style) if style else text, markup=False, highlight=False)
