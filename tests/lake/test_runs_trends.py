@@ -327,7 +327,7 @@ COOKBOOK_EXPECT = {
 def test_cookbook_queries_run_and_return_expected_rows(lake):
     files = sorted(QUERIES.glob("cookbook_*.sql"))
     assert [f.stem for f in files] == sorted(COOKBOOK_EXPECT)
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "sql.md").read_text(encoding="utf-8")
     grades = {}
     for run_id, module, grade in mart(lake.root, "select run_id, module, grade from fct_op_comparison"):
         grades.setdefault(run_id, {})[module] = grade
@@ -339,7 +339,7 @@ def test_cookbook_queries_run_and_return_expected_rows(lake):
             assert {tuple(r[:3]) for r in rows} == changed and len(rows) == len(changed), rows
             continue
         assert COOKBOOK_EXPECT[f.stem](rows), (f.stem, rows)
-        assert f.name in readme, f"{f.name} missing from the README cookbook"
+        assert f.name in readme, f"{f.name} missing from the cookbook in docs/sql.md"
 
 
 def test_runs_rm_removes_partitions_and_rebuilds(lake):
