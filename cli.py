@@ -11,11 +11,23 @@ from pathlib import Path
 import click
 
 from tilake import settings
-from tilake.cli_context import (JSON_OPTION, LAKE_OPTION, RUN_ID, DoorError, IntList, KeyValue,  # noqa: F401
-                                 RunId, TokenRange, cli_context, dbt_options, emit_json)
-from tilake.errors import TilakeError
+from tilake.cli_context import (  # noqa: F401
+    JSON_OPTION,
+    LAKE_OPTION,
+    RUN_ID,
+    DoorError,
+    IntList,
+    KeyValue,
+    RunId,
+    TokenRange,
+    cli_context,
+    dbt_options,
+    emit_json,
+)
 from tilake.cli_dumps import dumps_group
+from tilake.errors import TilakeError
 from tilake.ingest.run_facts import FACT_OPTIONS
+
 
 class _Group(click.Group):
     """A click group that turns TilakeError (and a bad value caught by a ParamType) into one clean
@@ -23,10 +35,12 @@ class _Group(click.Group):
 
     def invoke(self, ctx):
         try:   # the imports too: a Ctrl-C while they run is one line, not click's "Aborted!"
-            from tilake.reports.run_console import quiet_broken_pipe   # `tilake … | head`: exit 0 quietly
-            from tilake.pipeline.failures import sigterm_as_interrupt; sigterm_as_interrupt()  # noqa: E702
+            from tilake.pipeline.failures import sigterm_as_interrupt
             from tilake.progress import set_notice
             from tilake.reports.progress_console import rich_notice
+            from tilake.reports.run_console import quiet_broken_pipe  # `tilake … | head`: exit 0 quietly
+
+            sigterm_as_interrupt()
             set_notice(rich_notice)   # the lower floors' notices (tilake.progress.notice) on a rich stderr console
             with quiet_broken_pipe():
                 return super().invoke(ctx)

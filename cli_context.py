@@ -19,7 +19,6 @@ import click
 from tilake import settings
 from tilake.errors import TilakeError
 
-
 # --- parameter types: a bad value fails at the door with one `error:` line (datasette style) -----
 
 class DoorError(click.BadParameter):

@@ -187,6 +187,7 @@ def shard_tp(src: Path, out: Path, tp: int) -> None:
     tests/fixtures/msprobe_shapes.py); shard statistics are left as the whole tensor's (the merge
     decides these classes by name, not by statistics)."""
     import re
+
     import torch
 
     from tilake.ingest.msprobe.reader import DumpSide

@@ -33,17 +33,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilake.lake.warehouse import dbt_build
+from tilake.ingest.profiler.load import ingest_profile
 from tilake.lake import schema
 from tilake.lake.duck import connect, sql_str
-from tilake.lake.store import Lake
-from tilake.ingest.profiler.load import ingest_profile
 from tilake.lake.registry import diff_runs, list_runs
-from tilake.lake.warehouse import build_swapped
-from tilake.synth.db import write_profiler_db
-from tilake.synth.population import JobConfig, infer_population, train_population
+from tilake.lake.store import Lake
+from tilake.lake.warehouse import build_swapped, dbt_build
 from tilake.pipeline.profile import collect_captures
 from tilake.reports import trends
+from tilake.synth.db import write_profiler_db
+from tilake.synth.population import JobConfig, infer_population, train_population
 
 JOB = JobConfig(layers=1, train_batch_size=1, rollout_n=1, infer_steps=1)
 QUERIES = Path(__file__).resolve().parents[1] / "reports" / "queries"

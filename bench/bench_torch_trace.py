@@ -161,7 +161,7 @@ def mix_template(paths: list) -> tuple:
     """(header, events, span µs, id span) of the real traces laid one after another on one clock: each
     trace's ``ts`` shifted to start where the previous ended, its ids offset to stay unique."""
     head, events, t_end, id_off = {}, [], 0.0, 0
-    for i, p in enumerate(paths):
+    for p in paths:
         doc = json.load(gzip.open(p))
         if not head:
             head = {k: v for k, v in doc.items() if k not in ("traceEvents", "traceName", "metadata")}

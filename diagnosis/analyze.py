@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
-from tilake.diagnosis.divergence import (NOT_COMPARED, amplification_chain, classify, find_points,  # noqa: F401
-                                         first_divergence)
+from tilake.diagnosis.divergence import NOT_COMPARED, amplification_chain, classify, find_points, first_divergence  # noqa: F401
 from tilake.diagnosis.hypotheses import hypotheses, kernel_fingerprint  # noqa: F401
 from tilake.diagnosis.numerics import torch_threads
 from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights  # noqa: F401

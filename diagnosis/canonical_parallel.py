@@ -208,7 +208,7 @@ def join_pp(stages: List[Any], side: str, layer_pattern: Optional[str] = None) -
         local_mod: Dict[str, int] = {}
         local_api: Dict[str, int] = {}
         for e in list(st.order) + [k for k in st.parents if k not in st.order]:
-            new = lrx.sub(lambda m: m.group(0).replace(m.group(1), str(int(m.group(1)) + offset)), e) if offset else e
+            new = lrx.sub(lambda m, off=offset: m.group(0).replace(m.group(1), str(int(m.group(1)) + off)), e) if offset else e
             m = MODULE_RE.match(new)
             if m:
                 key = new[: -len(m.group("call"))]

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tilake.diagnosis.logical import LogicalSide, Record, _cls
 from tilake.ingest.msprobe.reader import Slot
 
+
 # ------------------------------------------------------------------------------ tokens
 def _token_dim(shape, n: int, skip_batch: bool) -> Optional[int]:
     for i, s in enumerate(shape):

@@ -40,8 +40,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tilake.diagnosis.kernel_layers import (Kernel, LayerSplit, canonical_shapes, forward_windows,  # noqa: F401
-                                            shape_class, split_layers)
+from tilake.diagnosis.kernel_layers import (  # noqa: F401
+    Kernel,
+    LayerSplit,
+    canonical_shapes,
+    forward_windows,
+    shape_class,
+    split_layers,
+)
 from tilake.vocab import AlignStatus
 
 MAX_SPAN = 8

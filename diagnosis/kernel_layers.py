@@ -215,7 +215,7 @@ def split_layers(kernels: Sequence[Kernel]) -> LayerSplit:
     # the smallest strongly repeating period that has an anchor (a signature seen once per period); a
     # sub-period inside the layers (MoE experts repeating the same few kernels) has none
     chosen = None
-    for f, p in sorted((x for x in scored if x[0] >= best - 0.1), key=lambda x: x[1]):
+    for _f, p in sorted((x for x in scored if x[0] >= best - 0.1), key=lambda x: x[1]):
         found = _anchor(sig, p)
         if found[2] is not None:
             chosen = (p, found)

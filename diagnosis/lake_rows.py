@@ -18,13 +18,13 @@ import datetime as _dt
 import json
 from typing import Callable, Dict, List, Optional, Sequence
 
-from tilake.lake.schema import DUMP_TABLES as DUMP_OWNED
-from tilake.errors import TilakeError
-from tilake.lake.store import Lake
-from tilake.lake.dump_records import TaskCard
 from tilake.diagnosis.analyze import Analysis, RoundInput, amplification_chain
 from tilake.diagnosis.numerics import tensor_stats, torch_threads
+from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import DumpSide
+from tilake.lake.dump_records import TaskCard
+from tilake.lake.schema import DUMP_TABLES as DUMP_OWNED
+from tilake.lake.store import Lake
 from tilake.vocab import SKIPPED, BoundaryStatus, RoundOutcome
 
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tilake.ingest.msprobe.reader import MODULE_RE, DumpSide, Slot
 
+
 @dataclass
 class Record:
     """One canonicalisation step of one side (``kind``: tp | pp | tokens | chunks | replicas)."""

@@ -66,11 +66,11 @@ def read_logprob(path: Path) -> MeasuredLogprob:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise TilakeError(f"cannot read measured log-prob JSON: {getattr(exc, 'strerror', None) or exc}", path=path)
+        raise TilakeError(f"cannot read measured log-prob JSON: {getattr(exc, 'strerror', None) or exc}", path=path) from exc
     try:
         obj = json.loads(text, parse_constant=_no_constants)
     except (json.JSONDecodeError, ValueError) as exc:
-        raise TilakeError(f"measured log-prob JSON is invalid: {str(exc).splitlines()[0]}", path=path)
+        raise TilakeError(f"measured log-prob JSON is invalid: {str(exc).splitlines()[0]}", path=path) from exc
     return check_logprob(obj, path)
 
 

@@ -9,8 +9,7 @@ Where each part lives:
 """
 from __future__ import annotations
 
-from tilake.diagnosis.selectors import (Resolved, SideView, Unavailable, eval_expr, resolve,  # noqa: F401
-                                        resolve_dims)
+from tilake.diagnosis.selectors import Resolved, SideView, Unavailable, eval_expr, resolve, resolve_dims  # noqa: F401
 from tilake.diagnosis.transforms import _qkv_split, apply_transform, materialise, unpad  # noqa: F401
 from tilake.models.boundary_maps import MODELS_DIR, SIDES, Boundary, expand, list_maps, load_map  # noqa: F401
 

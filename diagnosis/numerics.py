@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from tilake.diagnosis import fused
-from tilake.diagnosis.localise import _flat, _Signed, _profile, cosine, diff_pattern, localise, pearson  # noqa: F401
+from tilake.diagnosis.localise import _flat, _profile, _Signed, cosine, diff_pattern, localise, pearson  # noqa: F401
 from tilake.vocab import BoundaryStatus
 
 CHUNK = 1 << 17  # elements per streamed chunk (128 Ki: 1 MiB as float64; cache-resident, measured faster than 1 Mi)

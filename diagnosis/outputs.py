@@ -18,13 +18,13 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-from tilake.errors import TilakeError
-from tilake.files import atomic_write_text
 from tilake.diagnosis.analyze import Analysis
 from tilake.diagnosis.logprob import strict_json
+from tilake.errors import TilakeError
+from tilake.files import atomic_write_text
 from tilake.ingest.msprobe.reader import DumpSide
-from tilake.vocab import EVIDENCE_MISSING, NOT_COMPARED, SKIPPED, BoundaryStatus, Verdict
 from tilake.lake.dump_records import ReportSource, TaskCard
+from tilake.vocab import EVIDENCE_MISSING, NOT_COMPARED, SKIPPED, BoundaryStatus, Verdict
 
 UNKNOWN = "unknown"
 CARD_FIELDS = ("model", "train_backend", "train_backend_version", "infer_backend", "infer_backend_version",
@@ -35,7 +35,7 @@ def _write_json(path: Path, obj: Any) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TilakeError(f"cannot create the output folder: {exc.strerror}", path=path.parent)
+        raise TilakeError(f"cannot create the output folder: {exc.strerror}", path=path.parent) from exc
     text = json.dumps(strict_json(obj), ensure_ascii=False, indent=1, default=str, allow_nan=False) + "\n"
     return atomic_write_text(path, text, mkdir=False)
 

@@ -20,7 +20,6 @@ from tilake.diagnosis.verdict import verdict
 from tilake.models.boundary_maps import SIDES
 from tilake.vocab import EVIDENCE_MISSING, SKIPPED, BoundaryStatus, RoundOutcome, Verdict
 
-
 _FROZEN = [0]
 
 

@@ -13,7 +13,7 @@ from tilake.diagnosis import selectors as S
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import DumpSide
 from tilake.models.boundary_maps import SIDES, expand, list_maps, load_map
-from tilake.vocab import NOT_COMPARED, SKIPPED, BoundaryStatus, ExitCode
+from tilake.vocab import NOT_COMPARED, SKIPPED, ExitCode
 
 # exit status of ``tilake dumps analyze`` when no boundary could be compared (outputs are written)
 EXIT_NOTHING_COMPARED = ExitCode.EVIDENCE_MISSING

@@ -145,7 +145,7 @@ def apply_transform(t, tr: Any, dims: Dict[str, int], view: Optional[SideView], 
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise Unavailable(f"not comparable: transform {kind} {arg if arg is not None else ''} does not fit tensor "
                           f"{list(t.shape)} ({type(exc).__name__}: {msg[:160]}) — the tensor has a layout the map does "
-                          "not expect (a batch dim > 1, extra heads dim): select the request's row or extend the map")
+                          "not expect (a batch dim > 1, extra heads dim): select the request's row or extend the map") from exc
 
 
 def _apply(t, kind: str, arg: Any, dims: Dict[str, int], view: Optional[SideView], context: dict,

@@ -22,7 +22,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TypedDict, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, TypedDict, Union
 
 from tilake.errors import TilakeError
 from tilake.vocab import INFER_PHASES, TRAIN_PHASES, Phase

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, TypedDict, Union
 
+from tilake.errors import TilakeError
 from tilake.lake import schema
 from tilake.lake.duck import connect
-from tilake.errors import TilakeError
 from tilake.lake.store import Lake, raw_source, validate_run_id
 from tilake.lake.warehouse import build_swapped
 
@@ -344,6 +344,6 @@ def diff_runs(lake: Lake, base_run_id: str, run_id: str) -> Dict[str, Tuple[List
                 out[name] = ([d[0] for d in cur.description], cur.fetchall())
             return out
         except duckdb.Error as exc:
-            raise TilakeError(duckdb_error_line(exc), path=lake.warehouse)
+            raise TilakeError(duckdb_error_line(exc), path=lake.warehouse) from exc
     finally:
         con.close()

@@ -33,10 +33,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import duckdb
 
-from tilake.lake import schema
-from tilake.files import check_regular_target
-from tilake.lake.duck import sql_str
 from tilake.errors import TilakeError
+from tilake.files import check_regular_target
+from tilake.lake import schema
+from tilake.lake.duck import sql_str
 from tilake.lake.read import error_line, open_read, raw_tables_named, raw_view_sql
 from tilake.lake.store import Lake
 
@@ -180,7 +180,7 @@ def check_statements(con, sql: str) -> List[Any]:
     try:
         stmts = con.extract_statements(sql)
     except duckdb.Error as exc:
-        raise TilakeError(duckdb_error_line(exc))
+        raise TilakeError(duckdb_error_line(exc)) from exc
     if not stmts:
         raise TilakeError("empty query")
     for st in stmts:
@@ -219,7 +219,7 @@ def query(lake: Lake, sql: str, allow_external_access: bool = False,
             cols = [d[0] for d in cur.description] if cur.description else []
             return cols, cur.fetchall() if cols else []
         except duckdb.Error as exc:
-            raise TilakeError(duckdb_error_line(exc))
+            raise TilakeError(duckdb_error_line(exc)) from exc
     finally:
         con.close()
 
@@ -268,7 +268,7 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
             n = con.execute(f"SELECT count(*) FROM ({body}\n)", _bind(body, params)).fetchone()[0]
         except duckdb.Error as exc:
             tmp.unlink(missing_ok=True)
-            raise TilakeError(duckdb_error_line(exc))
+            raise TilakeError(duckdb_error_line(exc)) from exc
         tmp.replace(output)
         return n
     finally:

@@ -243,7 +243,7 @@ class Lake:
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
                 raise LakeBusyError(f"another tilake writer is using this lake (pid {holder}); "
-                                    "wait for it to finish and retry", path=self.root)
+                                    "wait for it to finish and retry", path=self.root) from None
             try:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -466,7 +466,7 @@ class RunWriter:
         with open(path, "w", encoding="utf-8") as f:
             for r in rows:
                 rec = {}
-                for c, t in columns:
+                for c, _t in columns:
                     v = r.get(c)
                     if isinstance(v, (dict, list)):
                         v = json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)

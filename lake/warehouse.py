@@ -32,12 +32,12 @@ from typing import Dict, List, Optional, Sequence
 
 from tilake import settings
 from tilake.errors import TilakeError
-from tilake.progress import notice
 from tilake.files import atomic_path, atomic_write_text
-from tilake.lake.duck import connect
 from tilake.lake.build_result import BuildResult, DbtCounts, DbtNode  # noqa: F401 (re-exported)
 from tilake.lake.build_support import DbtProgress, InterruptGuard, suspect_runs  # noqa: F401 (re-exported)
+from tilake.lake.duck import connect
 from tilake.lake.store import Lake, lake_write_error
+from tilake.progress import notice
 
 PROJECT_DIR = Path(__file__).resolve().parents[1] / "dbt_project"
 _FINGERPRINTED = ("models", "macros", "seeds", "dbt_project.yml")
@@ -326,7 +326,7 @@ def _copy(lake: Lake, work: Path) -> Path:
 
 def _swap_profile(lake: Lake, warehouse: Path) -> Path:
     """Step 4: write ``<lake>/.dbt/swap-profile/profiles.yml``, the bundled profile with ``path`` → ``warehouse``."""
-    import yaml   # here, not at import: the ingest path never builds (start-up, bench/README.md)
+    import yaml  # here, not at import: the ingest path never builds (start-up, bench/README.md)
 
     prof = yaml.safe_load((PROJECT_DIR / "profiles.yml").read_text(encoding="utf-8"))
     for target in prof["tilake"]["outputs"].values():

@@ -63,7 +63,7 @@ def load_map(name_or_path: str) -> BoundaryMap:
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise TilakeError(f"boundary map is not valid YAML: {str(exc).splitlines()[0]}", path=p)
+        raise TilakeError(f"boundary map is not valid YAML: {str(exc).splitlines()[0]}", path=p) from exc
     if not isinstance(data, dict) or not isinstance(data.get("boundaries"), list):
         raise TilakeError("boundary map has no 'boundaries' list", path=p)
     for key in ("boundaries", "weights"):

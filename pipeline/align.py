@@ -10,11 +10,11 @@ files, so no second build is needed.
 from __future__ import annotations
 
 import json
-
-import duckdb
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
+
+import duckdb
 
 from tilake.diagnosis.kernel_align import Kernel, StepAlignment, align_step
 from tilake.lake.read import reading_file

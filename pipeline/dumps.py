@@ -12,6 +12,12 @@ import json
 from pathlib import Path
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
+from tilake.diagnosis import analyze as A
+from tilake.diagnosis import maps as M
+from tilake.diagnosis import outputs as O
+from tilake.diagnosis.logprob import read_logprob
+from tilake.diagnosis.outputs import UNKNOWN
+from tilake.diagnosis.suggest import exit_status
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
 from tilake.lake.dump_records import DumpJoin, DumpPoint, DumpSummary, Pairing, ProbeReport, TaskCard
@@ -19,12 +25,6 @@ from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
 from tilake.progress import label_callback
 from tilake.reports.progress_console import steps_bar
-from tilake.diagnosis import analyze as A
-from tilake.diagnosis import maps as M
-from tilake.diagnosis import outputs as O
-from tilake.diagnosis.outputs import UNKNOWN
-from tilake.diagnosis.logprob import read_logprob
-from tilake.diagnosis.suggest import exit_status
 
 # the dump marts (their folder is the selector); dbt_build adds their ancestors (staging/msprobe, runs)
 # the dump marts and every mart `tilake runs` (lake.registry) and the dump trends read: a --build
@@ -179,7 +179,7 @@ def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
     try:
         instr = json.loads(Path(instruction).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:   # ValueError: bad JSON or not UTF-8
-        raise TilakeError(f"cannot read stub instruction: {str(exc)[:200] or type(exc).__name__}", path=instruction)
+        raise TilakeError(f"cannot read stub instruction: {str(exc)[:200] or type(exc).__name__}", path=instruction) from exc
     if not isinstance(instr, dict):
         raise TilakeError("the stub instruction is not a JSON object (write it with tilake dumps analyze)",
                           path=instruction)

@@ -20,8 +20,15 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence,
 from tilake import settings
 from tilake.errors import TilakeError
 from tilake.files import check_out_dir
-from tilake.ingest.profiler.discover import (Capture, assign_replica_ranks, assign_worker_ranks, dedupe, discover, explicit,
-                                             select_rl_step)
+from tilake.ingest.profiler.discover import (
+    Capture,
+    assign_replica_ranks,
+    assign_worker_ranks,
+    dedupe,
+    discover,
+    explicit,
+    select_rl_step,
+)
 from tilake.ingest.profiler.load import IngestResult, ingest_profile
 from tilake.ingest.run_facts import RunMeta
 from tilake.lake.registry import model_family_for
@@ -256,7 +263,7 @@ def _build_after_ingest(lake: Lake, run_id: str) -> Tuple[BuildResult, Any]:
         build = build_swapped(lake)
     except DbtInterrupted as exc:
         raise TilakeError(f"{exc} (run `tilake build` to build run {run_id})") from None
-    from tilake.pipeline.align import align_run   # numpy: imported on the build path only
+    from tilake.pipeline.align import align_run  # numpy: imported on the build path only
 
     alignment = align_run(lake, run_id) if build.success else None   # rows read by the alignment views
     return build, alignment
@@ -406,7 +413,7 @@ def build_command(lake: Lake, *, select: Sequence[str] = (), full_refresh: bool 
     with lake.writing():
         res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
         if res.success:
-            from tilake.pipeline.align import align_stale_runs   # numpy: imported on the build path only
+            from tilake.pipeline.align import align_stale_runs  # numpy: imported on the build path only
 
             align_stale_runs(lake)   # runs ingested step by step get their kernel alignment here
     return res, [warning_text(n) for n in res.warnings]

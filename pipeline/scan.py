@@ -27,25 +27,37 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from tilake.ingest.scan import seam as npu_seam
 from tilake.errors import TilakeError
-from tilake.lake.store import Lake, validate_run_id
-from tilake.ingest.scan.seam import NpuProbe, NpuSeam
-from tilake.ingest.scan.collect import STAGE3_FILE, Stage3, collect, collect_torch, write_stage3
 from tilake.ingest.run_facts import read_rl_metrics, settings_from_env, settings_from_script
-from tilake.ingest.scan.env import (NO_NPU_MESSAGE, Check, check_environment, check_environment_torch, failed,
-                                    tool_versions)
+from tilake.ingest.scan import seam as npu_seam
+from tilake.ingest.scan.collect import STAGE3_FILE, Stage3, collect, collect_torch, write_stage3
+from tilake.ingest.scan.env import (
+    NO_NPU_MESSAGE,
+    Check,
+    check_environment,
+    check_environment_torch,
+    failed,
+    tool_versions,
+)
+from tilake.ingest.scan.inject import (
+    BLOCK_BEGIN,
+    backup_script,
+    check_writable,
+    fs_read_only,
+    plan_injection,
+    unified_diff,
+    write_script,
+)
 from tilake.ingest.scan.preamble import default_modules, interpreter_words, probe_script_env
-from tilake.ingest.scan.inject import (BLOCK_BEGIN, backup_script, check_writable, fs_read_only, plan_injection, unified_diff,
-                          write_script)
 from tilake.ingest.scan.run import RunResult, expected_wait, run_script
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
+from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.lake.registry import model_family_for
+from tilake.lake.store import Lake, validate_run_id
 from tilake.pipeline.scan_print import config_view, stage1_json, stage3_view, write_skipped_report
 from tilake.reports.json_out import emit_json
 from tilake.reports.scan_console import ScanConsole, escape
 from tilake.vocab import Evidence, ExitCode
-
 
 #: the console's words for a side's evidence (``ProfileResult.evidence`` values)
 EVIDENCE_WORDS = {Evidence.DEVICE: "device kernels", Evidence.CPU_OPS: "CPU ops (cpu_op: no device kernels on a CPU)",

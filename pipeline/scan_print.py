@@ -17,7 +17,6 @@ from tilake.ingest.scan.verl_config import is_default
 from tilake.reports.scan_console import ConfigView, ScanConsole, SkippedReportFacts, Stage3View
 from tilake.reports.scan_console import write_skipped_report as _write_report
 
-
 #: (label, config key) rows of the stage-1 table, in order
 CONFIG_ROWS = [("training backend", "train_backend"), ("inference engine", "infer_backend"),
                ("model path", "model_path"), ("model id", "model_id"), ("train TP", "train_tp"),

@@ -19,14 +19,14 @@ from typing import Any, Dict, List, Optional, TypedDict
 from jinja2 import StrictUndefined
 from markupsafe import Markup
 
-from tilake.lake.read import reading_file
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
+from tilake.lake.read import reading_file
 from tilake.reports.alignment import alignment_facts
 from tilake.reports.captures import invalid_text, steps_counted, steps_note
-from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.escape import csv_cell, markdown_env
 from tilake.reports.labels import grade_palette, label
+from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.tables import ONE_SIDE_LABEL, evidence_words, one_side, row_key
 from tilake.vocab import Evidence, Grade, grade_look, grade_looks
 

@@ -73,8 +73,8 @@ def print_result(cols: List[str], rows: List[tuple], max_rows: int = 200, consol
     console is too narrow for the table's longest words, the rows are printed in line mode
     (:func:`print_lines`) instead of cutting words."""
     from rich.console import Console
-    from rich.table import Table
     from rich.markup import escape
+    from rich.table import Table
 
     console = console or Console()
     if not cols:

@@ -157,6 +157,7 @@ def compute_trend(lake: Lake, metric: str, by: str = "model_family", x: str = "r
             trend marts are missing because the lake was built before they existed: rebuild).
     """
     import duckdb
+
     from tilake.lake.sql import check_statements, duckdb_error_line, open_readonly
 
     defs = trend_defs()
@@ -168,10 +169,10 @@ def compute_trend(lake: Lake, metric: str, by: str = "model_family", x: str = "r
         check_statements(con, sql)   # a trend file is SQL text like any other: SELECT-type only
         rows = con.execute(sql, params).fetchall()
     except TilakeError as exc:
-        raise TilakeError(f"trend {metric}: {exc}", path=defs[metric].path)
+        raise TilakeError(f"trend {metric}: {exc}", path=defs[metric].path) from exc
     except duckdb.Error as exc:
         raise TilakeError(f"trend {metric}: {duckdb_error_line(exc)}", path=defs[metric].path,
-                          hint="rebuild the warehouse with `tilake build` if a trend mart is missing")
+                          hint="rebuild the warehouse with `tilake build` if a trend mart is missing") from exc
     finally:
         con.close()
     series: Dict[str, Series] = {}
@@ -297,7 +298,7 @@ def plot_trend(res: TrendResult, output: Path) -> Path:
                 fig.savefig(buf, format="png")
                 atomic_write_bytes(output, buf.getvalue())
         except OSError as exc:
-            raise TilakeError(f"cannot write the chart: {exc.strerror or exc}", path=output)
+            raise TilakeError(f"cannot write the chart: {exc.strerror or exc}", path=output) from exc
     finally:
         plt.close(fig)
     return output

@@ -38,13 +38,20 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
-from tilake.synth.db import DEVICE_TABLE_MODES, LEVELS, SESSION_END_MODES, write_profiler_db
-from tilake.synth.tables import BLOCK_COLUMNS, FWK_STRING_BASE, INVALID, SCHEMAS, columns_of, ddl
-from tilake.synth.layout import (INFER_FORMS, make_profiler_output, population_from_json, population_to_json,
-                           pt_dir_name, write_analysed, write_raw)
 from tilake.synth.catalog import CATALOG, KernelTemplate
+from tilake.synth.db import DEVICE_TABLE_MODES, LEVELS, SESSION_END_MODES, write_profiler_db
+from tilake.synth.layout import (
+    INFER_FORMS,
+    make_profiler_output,
+    population_from_json,
+    population_to_json,
+    pt_dir_name,
+    write_analysed,
+    write_raw,
+)
 from tilake.synth.population import infer_population, train_population
 from tilake.synth.records import HostOp, JobConfig, Kernel, Population, make_kernel, make_op
+from tilake.synth.tables import BLOCK_COLUMNS, FWK_STRING_BASE, INVALID, SCHEMAS, columns_of, ddl
 from tilake.synth.text import write_text_export
 from tilake.synth.timeline import DEFAULT_START_NS, build_timeline
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+
 @dataclass
 class KernelTemplate:
     """How one op type is launched: kernel name, accelerator, host records, typical duration."""

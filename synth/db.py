@@ -19,9 +19,17 @@ from pathlib import Path
 from typing import Dict, List, Optional, Union
 
 from tilake.files import atomic_path
-from tilake.synth.tables import (ENUMS, ENV_VARIABLES_JSON, FWK_STRING_BASE, INVALID, TABLE_ORDER,
-                        BLOCK_COLUMNS, ddl, enum_api_type)
 from tilake.synth.records import Population
+from tilake.synth.tables import (
+    BLOCK_COLUMNS,
+    ENUMS,
+    ENV_VARIABLES_JSON,
+    FWK_STRING_BASE,
+    INVALID,
+    TABLE_ORDER,
+    ddl,
+    enum_api_type,
+)
 from tilake.synth.timeline import DEVICE_TASK_TYPE, Timeline, build_timeline
 
 LEVELS = ("level0", "level1", "level2")

@@ -30,8 +30,18 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from tilake.synth.catalog import (CATALOG, _INFER_LAYER, _INFER_MODULE, _INFER_OUTER, _PHASE_FRAMES, _RAY,
-                                  _TRAIN_LAYER, _TRAIN_MODULE, _TRAIN_OUTER)
+from tilake.synth.catalog import (
+    _INFER_LAYER,
+    _INFER_MODULE,
+    _INFER_OUTER,
+    _PHASE_FRAMES,
+    _RAY,
+    _TRAIN_LAYER,
+    _TRAIN_MODULE,
+    _TRAIN_OUTER,
+    CATALOG,
+)
+
 # JobConfig is also imported from here by callers building a population (`population import JobConfig, …`)
 from tilake.synth.records import HostOp, JobConfig, Population, make_kernel, make_op
 
@@ -157,7 +167,7 @@ def _train_backward(b: _Builder, j: JobConfig) -> None:
 def _train_optimizer(b: _Builder, j: JobConfig) -> None:
     n = j.params
     h = j.hidden
-    for i in range(j.grad_buckets):  # DDP gradient buckets, all-reduced over the DP group
+    for _ in range(j.grad_buckets):  # DDP gradient buckets, all-reduced over the DP group
         b.add("hcom_allReduce_", f"{j.params * h * 1024 // j.grad_buckets}", "FLOAT", "communication")
         b.ops[-1].kernels[0].comm_bytes = 4 * j.params * h * 1024 // j.grad_buckets
     for _ in range(n):  # get_grad_norm_fp32: torch.norm per main_grad → LpNormReduceV2 + LpNormUpdateV2

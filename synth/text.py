@@ -18,9 +18,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from tilake.synth.tables import (API_STATISTIC_HEADER, INVALID, KERNEL_DETAILS_HEADER_L0, KERNEL_DETAILS_HEADER_L1,
-                        OP_STATISTIC_HEADER, OPERATOR_DETAILS_HEADER)
 from tilake.synth.records import Population
+from tilake.synth.tables import (
+    API_STATISTIC_HEADER,
+    INVALID,
+    KERNEL_DETAILS_HEADER_L0,
+    KERNEL_DETAILS_HEADER_L1,
+    OP_STATISTIC_HEADER,
+    OPERATOR_DETAILS_HEADER,
+)
 from tilake.synth.timeline import Timeline, build_timeline
 
 _API_LEVEL = {20000: "acl", 10000: "node", 5000: "runtime", 5500: "hccl", 15000: "model"}

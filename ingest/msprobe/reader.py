@@ -132,14 +132,14 @@ def _read_json(p: Path, what: str) -> Any:
         with open(p, encoding="utf-8") as fh:
             return json.load(fh)
     except json.JSONDecodeError as exc:
-        raise TilakeError(f"{what} is not valid JSON (line {exc.lineno}: {exc.msg})", path=p)
+        raise TilakeError(f"{what} is not valid JSON (line {exc.lineno}: {exc.msg})", path=p) from exc
     except UnicodeDecodeError as exc:   # random bytes: say where, in the file's terms
         raise TilakeError(f"{what} is not UTF-8 text ({_bad_bytes(p, exc)})", path=p) from None
     except RecursionError:   # e.g. 200,000 nested arrays: no msprobe dump nests more than a few levels
         raise TilakeError(f"{what} nests too deeply to be an msprobe dump (more than "
                           f"{sys.getrecursionlimit()} levels of arrays/objects)", path=p) from None
     except OSError as exc:
-        raise TilakeError(f"cannot read {what}: {exc.strerror}", path=p)
+        raise TilakeError(f"cannot read {what}: {exc.strerror}", path=p) from exc
 
 
 def _bad_bytes(p: Path, exc: UnicodeDecodeError) -> str:
@@ -389,6 +389,7 @@ def load_pt(path: Path):
             tensors (refused, with torch's reason — e.g. a ``torch_npu`` class); not a tensor.
     """
     import pickle
+
     import torch
 
     path = Path(path)
@@ -409,12 +410,12 @@ def load_pt(path: Path):
                 break
         raise TilakeError("refused: the .pt needs more than plain tensors to load safely "
                           f"(weights_only=True): {reason}", path=path,
-                          hint="re-dump with msprobe (it saves plain CPU tensors) or convert the file on a trusted host")
+                          hint="re-dump with msprobe (it saves plain CPU tensors) or convert the file on a trusted host") from exc
     except Exception as exc:  # noqa: BLE001 - torch's unpickler raises anything on a non-torch file
         # (IndexError on a text file, EOFError/RuntimeError on truncated ones, ...): one line, no traceback
         msg = str(exc).splitlines()[0] if str(exc).strip() else ""
         raise TilakeError(f"cannot load tensor file (not a torch file, truncated or corrupt): "
-                          f"{type(exc).__name__}{': ' + msg if msg else ''}", path=path)
+                          f"{type(exc).__name__}{': ' + msg if msg else ''}", path=path) from exc
     if not isinstance(obj, torch.Tensor):
         raise TilakeError(f"tensor file holds a {type(obj).__name__}, not a tensor", path=path)
     READ_STATS["files"] += 1

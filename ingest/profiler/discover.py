@@ -31,8 +31,18 @@ from typing import Dict, List, Optional
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.capture import Capture, device_of, role_of, side_of  # noqa: F401 (re-exported)
 from tilake.ingest.profiler.verl_layouts import (  # noqa: F401 (re-exported)
-    _MSPROF_DB_RE, NOTHING_FOUND_HINT, _STEP_DIR_RE, assign_replica_ranks, attach_summaries, msprof_capture, msprof_dbs,
-    order_rollout_steps, rl_steps, select_rl_step, trace_capture)
+    _MSPROF_DB_RE,
+    _STEP_DIR_RE,
+    NOTHING_FOUND_HINT,
+    assign_replica_ranks,
+    attach_summaries,
+    msprof_capture,
+    msprof_dbs,
+    order_rollout_steps,
+    rl_steps,
+    select_rl_step,
+    trace_capture,
+)
 from tilake.ingest.torch.find import find_traces, is_trace_name
 from tilake.lake.duck import sqlite_ro  # noqa: F401 (re-exported)
 

@@ -31,23 +31,40 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set
 
 from tilake import settings
-from tilake.progress import Progress, progress_or_null
-from tilake.lake import schema
-from tilake.lake.duck import connect, with_sqlite
 from tilake.errors import TilakeError
-from tilake.lake.rules import run_record as rules_run_record
-from tilake.ingest.run_facts import RunMeta, versions_from_profiler_info
-from tilake.lake.store import Lake, RunWriter
-from tilake.ingest.profiler.db import (check_header, file_size, load_db, probe, profiler_level_from_db,
-                          readable_copy, session_fields, sha256_file, table_rows_json)
 from tilake.ingest.profiler.capture import identity_notes
+from tilake.ingest.profiler.db import (
+    check_header,
+    file_size,
+    load_db,
+    probe,
+    profiler_level_from_db,
+    readable_copy,
+    session_fields,
+    sha256_file,
+    table_rows_json,
+)
 from tilake.ingest.profiler.discover import Capture
 from tilake.ingest.profiler.evidence import USABLE, SideEvidence, side_evidence
 from tilake.ingest.profiler.metadata import empty_reason, parallel_groups, parallel_layout, read_metadata
-from tilake.ingest.profiler.steps import (StepCounts, StepMarks, assign_steps, common_steps, db_step_marks,
-                                          restrict, stage_launch_times, text_step_marks)
+from tilake.ingest.profiler.steps import (
+    StepCounts,
+    StepMarks,
+    assign_steps,
+    common_steps,
+    db_step_marks,
+    restrict,
+    stage_launch_times,
+    text_step_marks,
+)
 from tilake.ingest.profiler.text import load_text
+from tilake.ingest.run_facts import RunMeta, versions_from_profiler_info
 from tilake.ingest.torch.load import ingest_trace
+from tilake.lake import schema
+from tilake.lake.duck import connect, with_sqlite
+from tilake.lake.rules import run_record as rules_run_record
+from tilake.lake.store import Lake, RunWriter
+from tilake.progress import Progress, progress_or_null
 from tilake.vocab import CaptureStatus, Evidence
 
 
@@ -139,8 +156,7 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
                    else "COMPUTE_TASK_INFO ⋈ TASK has 0 rows")
         reason = (f"{missing} while host tables have {_host_rows(pr)} rows "
-                  "(PYTORCH_API + CANN_API): device kernels were not exported")
-    # DB without device rows: fall back to the text exports beside it
+                  "(PYTORCH_API + CANN_API): device kernels were not exported")   # → the text exports beside it
     if cap.text_dir is not None:
         txt = _ingest_text(cap, w, part, row, reason_prefix=reason + "; ")
         if txt.status in USABLE:

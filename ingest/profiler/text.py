@@ -18,10 +18,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from tilake.lake.duck import sql_str
-from tilake.lake.schema import KERNEL_MAX_NS, TIME_MAX_NS
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.names import clean_text, is_derived, op_type_or_derived
+from tilake.lake.duck import sql_str
+from tilake.lake.schema import KERNEL_MAX_NS, TIME_MAX_NS
 from tilake.vocab import Evidence
 
 _TEXT_KERNEL_COLS = ["kernel_name", "raw_op", "accelerator", "start_ns", "dur_ns", "block_dim",
@@ -236,7 +236,6 @@ def load_text(text_dir: Path, writer, partition: Dict, capture_id: str,
         1392 kernels in 15 op-type rows), for ``kernel_details.csv`` the row count).
     """
     src, rows, evidence = kernel_rows(text_dir, invalid)
-    con = writer.con
     cid = sql_str(capture_id)
     nk = 0
     if rows:

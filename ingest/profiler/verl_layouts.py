@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from tilake.errors import TilakeError
-from tilake.lake.duck import sqlite_ro
 from tilake.ingest.profiler.capture import Capture, device_of, role_of, side_of
 from tilake.ingest.torch.find import TraceName, find_summaries, trace_engine, trace_name, trace_rank
+from tilake.lake.duck import sqlite_ro
 
 #: verl torch-trace scopes/prefixes that belong to the rollout (inference) side
 _INFER_SCOPE_RE = re.compile(r"^(rollout|generate|vllm|sglang|infer)", re.I)

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tilake.files import atomic_write_json
-from tilake.lake.duck import sqlite_ro
-from tilake.progress import Display
-from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.ingest.profiler.discover import is_raw, pt_dbs
 from tilake.ingest.profiler.metadata import empty_reason
+from tilake.ingest.scan.seam import NpuProbe, NpuSeam
+from tilake.lake.duck import sqlite_ro
+from tilake.progress import Display
 from tilake.vocab import Evidence
 
 STAGE3_FILE = "tilake_scan_stage3.json"

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from tilake.ingest.scan.seam import NpuProbe
-from tilake.ingest.scan.script import UNKNOWN, ParsedScript
 from tilake.ingest.scan.preamble import ScriptEnv
+from tilake.ingest.scan.script import UNKNOWN, ParsedScript
+from tilake.ingest.scan.seam import NpuProbe
 
 _NO_PROBE = NpuProbe(seam="none", real=True)
 

@@ -22,9 +22,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tilake.errors import TilakeError
 from tilake.ingest.scan.bash_tree import Command, Token, parse_bash
-from tilake.ingest.scan.shell import (ASSIGN_PREFIX_RE, KEY_RAW_RE, UNKNOWN, Maybe, Shell, Unknown, Value,
-                                      plain)
 from tilake.ingest.scan.launch_checks import PASSTHROUGH_RAW, launch_warnings
+from tilake.ingest.scan.shell import ASSIGN_PREFIX_RE, KEY_RAW_RE, UNKNOWN, Maybe, Shell, Unknown, Value, plain
 from tilake.ingest.scan.verl_config import LaunchCommand, extract_config, profiler_info, profiler_plan
 
 __all__ = ["UNKNOWN", "Unknown", "LaunchCommand", "ParsedScript", "parse_script"]

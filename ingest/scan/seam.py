@@ -19,7 +19,6 @@ reason. Tests substitute their own seam (``tests/data/verl_launch/standin``) who
 from __future__ import annotations
 
 import abc
-
 import json
 import os
 import shutil

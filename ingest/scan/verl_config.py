@@ -11,14 +11,22 @@ calculate_log_probs,n}``; ``ppo_megatron_trainer.yaml`` sets ``strategy: megatro
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from tilake.ingest.scan.bash_tree import Token
 from tilake.ingest.scan.shell import UNKNOWN, Shell, Unknown, Value, plain
-from tilake.ingest.scan.verl_defaults import (KNOWN_CONFIGS, MEGATRON_DEFAULTS, VERL_COMMIT, VERL_DEFAULTS, config_stem,
-                                              find_config, infer_backend, read_config)
+from tilake.ingest.scan.verl_defaults import (
+    KNOWN_CONFIGS,
+    MEGATRON_DEFAULTS,
+    VERL_COMMIT,
+    VERL_DEFAULTS,
+    config_stem,
+    find_config,
+    infer_backend,
+    read_config,
+)
 
 
 @dataclass

@@ -39,8 +39,15 @@ from typing import Dict, List, Tuple
 import duckdb
 
 from tilake.errors import TilakeError
-from tilake.ingest.torch.events import (KNOWN_SCHEMA_VERSIONS, MAX_TRACE_NS, TraceScan, TruncatedTrace,
-                                       bad_time_event, read_header, stream_events)
+from tilake.ingest.torch.events import (
+    KNOWN_SCHEMA_VERSIONS,
+    MAX_TRACE_NS,
+    TraceScan,
+    TruncatedTrace,
+    bad_time_event,
+    read_header,
+    stream_events,
+)
 from tilake.lake.duck import sql_str
 from tilake.vocab import CaptureStatus, Evidence
 
@@ -304,10 +311,9 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, ve
             LEFT JOIN "{t['ops']}" o ON o.idx = k.op_idx {cc}""", partition)
         kcount = (f'(SELECT op_idx AS host_op_id, count(*) AS n FROM "_trace_k_{tag}" '
                   f"WHERE op_idx IS NOT NULL GROUP BY op_idx)")
-        # launch time of each correlation id, for the step assignment
-        # (tilake.ingest.profiler.steps.assign_steps reads the temp table _launch(conn, t, no_launch)):
-        # the runtime call's start, else the linked op's start; orphans and kernels without a launch
-        # event or op have no launch time and so no step (no_launch)
+        # launch time of each correlation id for the step assignment (steps.assign_steps reads the temp table
+        # _launch(conn, t, no_launch)): the runtime call's start, else the linked op's start; orphans and
+        # kernels without a launch event or op have no launch time and so no step (no_launch)
         con.execute("DROP TABLE IF EXISTS _launch")
         con.execute(f"""CREATE TEMP TABLE _launch AS
             SELECT k.corr AS conn, min({base} + coalesce(k.rts, o.ts)) AS t, bool_and(k.rts IS NULL AND o.ts IS NULL) AS no_launch

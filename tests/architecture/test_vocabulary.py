@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from tilake import vocab
-from tilake.vocab import (BoundaryStatus, CaptureStatus, Evidence, ExitCode, Grade, Verdict, grade_look,
-                          grade_looks)
+from tilake.vocab import BoundaryStatus, CaptureStatus, Evidence, ExitCode, Grade, Verdict, grade_look, grade_looks
 
 ROOT = Path(vocab.__file__).resolve().parent
 # red … evidence_missing, EXACT … not_compared

@@ -1,19 +1,17 @@
 """dbt marts over the dump tables: first divergence and independent points in SQL agree with Python."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import msprobe_writer as G  # noqa: E402
 import pytest
 
-import msprobe_writer as G  # noqa: E402
-
-from tilake.lake.warehouse import dbt_build  # noqa: E402
-from tilake.lake.duck import connect  # noqa: E402
 from tilake.diagnosis import analyze as A  # noqa: E402
 from tilake.diagnosis import maps as M  # noqa: E402
-from tilake.pipeline.dumps import DUMP_MODELS, run_analyze  # noqa: E402
+from tilake.lake.duck import connect  # noqa: E402
 from tilake.lake.store import Lake  # noqa: E402
+from tilake.lake.warehouse import dbt_build  # noqa: E402
+from tilake.pipeline.dumps import DUMP_MODELS, run_analyze  # noqa: E402
 
 
 def test_marts_match_python(tmp_path):

@@ -2,22 +2,19 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import msprobe_writer as G  # noqa: E402
 import pytest
 import torch
 from click.testing import CliRunner
-
-import msprobe_writer as G  # noqa: E402
 from msprobe_mini import write_dump, write_map  # noqa: E402
 
 from tilake.cli import main  # noqa: E402
 from tilake.diagnosis import analyze as A  # noqa: E402
 from tilake.diagnosis import maps as M  # noqa: E402
 from tilake.diagnosis.lake_rows import stats_rows  # noqa: E402
-from tilake.ingest.msprobe.reader import DumpSide, load_pt  # noqa: E402
 from tilake.errors import TilakeError  # noqa: E402
+from tilake.ingest.msprobe.reader import DumpSide, load_pt  # noqa: E402
 
 
 def sel(mod, io="output", index=0, **kw):
@@ -40,7 +37,7 @@ def mini(tmp_path):
     mask = torch.zeros(2, 8, dtype=torch.int64)
     mask[0, :5] = 1
     mask[1, :8] = 1
-    train = write_dump(tmp_path / "train", [
+    write_dump(tmp_path / "train", [
         ("Module.m.A.Lin.forward.0", None, {"output": [x.unsqueeze(0)]}),
         ("Module.m.Z.Lin.forward.0", None, {"output": [torch.tensor(3.0, dtype=torch.bfloat16)]}),
         ("Module.m.M.Lin.forward.0", None, {"output": [x]}),

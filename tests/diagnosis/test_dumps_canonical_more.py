@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
 from msprobe_python import PY, requires_msprobe
+
 from tilake.cli import main
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M

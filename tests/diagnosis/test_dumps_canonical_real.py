@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-
 from msprobe_python import PY, requires_msprobe
+
 from tilake.cli import main
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M

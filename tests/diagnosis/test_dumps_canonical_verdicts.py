@@ -4,8 +4,8 @@ or "model configs not equivalent"; a weight that differs by value does."""
 from __future__ import annotations
 
 import torch
-
 from msprobe_mini import write_dump, write_map
+
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-
 from msprobe_mini import write_dump, write_map  # noqa: E402
 
 from tilake.diagnosis import analyze as A  # noqa: E402

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import pytest
-
 import msprobe_writer as G  # noqa: E402
+import pytest
 
 from tilake.diagnosis import analyze as A  # noqa: E402
 from tilake.diagnosis import maps as M  # noqa: E402

@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-
 from msprobe_mini import write_dump  # noqa: E402
 
 from tilake.diagnosis import analyze as A  # noqa: E402
@@ -312,7 +310,6 @@ def test_fused_kernel_cache_rebuilt_and_fallbacks(tmp_path):
     cache folder means the torch path (kernel() is None), never an error. Separate processes: a loaded
     shared object must not be overwritten under the process that mapped it."""
     import subprocess
-    import sys
 
     from tilake.diagnosis import fused
 

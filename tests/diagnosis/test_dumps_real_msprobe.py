@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 from click.testing import CliRunner
-
 from msprobe_python import PY, requires_msprobe
+
 from tilake.cli import main
 
 GEN = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe_writer.py"

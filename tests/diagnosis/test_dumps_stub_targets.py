@@ -4,9 +4,8 @@ input(s) with the other side's tensor, bitwise, checked on the next round's dump
 Layer 1 is the last layer of the 2-layer generator, so ``stub_last`` (final norm) is exercised too."""
 from __future__ import annotations
 
-import pytest
-
 import msprobe_writer as G
+import pytest
 
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from msprobe_mini import write_map  # noqa: E402
 
 from tilake.api import open_lake  # noqa: E402

@@ -2,21 +2,18 @@
 readers and the single schema definition (from which dbt's sources.yml is rendered)."""
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
+from profiler_helpers import llm_pair, raw
 
 from tilake import settings
 from tilake.errors import LakeBusyError
 from tilake.files import atomic_path, atomic_write_bytes, atomic_write_json, atomic_write_text
-from tilake.ingest.profiler.discover import explicit
 from tilake.lake import schema
 from tilake.lake.store import Lake
 from tilake.pipeline.profile import run_profile
 from tilake.synth.population import JobConfig, infer_population, train_population
-
-from profiler_helpers import llm_pair, raw
 
 
 def _count(monkeypatch, cls, name):

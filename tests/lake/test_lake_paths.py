@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import duckdb
-
-from tilake.lake.warehouse import dbt_lake_root
-from tilake.lake.store import Lake
-from tilake.ingest.profiler.load import ingest_profile
-from tilake.lake.warehouse import build_swapped
-from tilake.synth.population import JobConfig, infer_population, train_population
-from tilake.pipeline.profile import collect_captures
-
 from profiler_helpers import llm_pair
+
+from tilake.ingest.profiler.load import ingest_profile
+from tilake.lake.store import Lake
+from tilake.lake.warehouse import build_swapped, dbt_lake_root
+from tilake.pipeline.profile import collect_captures
+from tilake.synth.population import JobConfig, infer_population, train_population
 
 JOB = JobConfig(layers=1, train_batch_size=1, rollout_n=1, infer_steps=1)
 

@@ -108,11 +108,12 @@ def test_a_rules_dir_changes_a_grade_and_is_recorded(tmp_path, monkeypatch):
 
 def test_ingest_records_the_rules_in_force_in_the_runs_row(tmp_path, monkeypatch):
     """``runs.rules``: the folder, the same sha256 the build records, and the files; NULL without rules."""
+    from profiler_helpers import pt_db, raw
+
     from tilake.ingest.profiler.discover import explicit
     from tilake.ingest.profiler.load import ingest_profile
     from tilake.synth.db import write_profiler_db
     from tilake.synth.population import JobConfig, infer_population
-    from profiler_helpers import pt_db, raw
 
     monkeypatch.delenv(settings.RULES, raising=False)
     write_profiler_db(pt_db(tmp_path / "cap", "i"), infer_population(JobConfig(layers=1)))

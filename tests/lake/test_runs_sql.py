@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from tilake.cli import main
-from tilake.lake import sql as runs_sql
-from tilake.reports import sql_console
 from tilake.errors import TilakeError
-from tilake.lake.store import Lake
+from tilake.lake import sql as runs_sql
 from tilake.lake.registry import list_runs, model_family_for, tool_versions_of
+from tilake.lake.store import Lake
+from tilake.reports import sql_console
 from tilake.reports.trends import by_expression, sparkline
 
 

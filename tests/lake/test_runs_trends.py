@@ -20,17 +20,16 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
+from profiler_helpers import llm_pair, mart
 
 from tilake.cli import main
-from tilake.lake.store import Lake
 from tilake.ingest.profiler.load import ingest_profile
 from tilake.lake.registry import list_runs, warehouse_is_current
+from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
-from tilake.synth.population import JobConfig, infer_population, train_population
 from tilake.pipeline.profile import collect_captures
 from tilake.reports import trends
-
-from profiler_helpers import llm_pair, mart
+from tilake.synth.population import JobConfig, infer_population, train_population
 
 JOB = JobConfig(layers=1, train_batch_size=1, rollout_n=1, infer_steps=1)
 INCREMENTAL = ["fct_run_grade_counts", "fct_run_op_kernels", "fct_run_capture_health", "fct_run_divergence"]

@@ -8,7 +8,6 @@ that falls back to an unfused Add + RmsNorm, and dumps written by ``tests/fixtur
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

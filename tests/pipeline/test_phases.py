@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+from profiler_helpers import mart
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.load import ingest_profile
@@ -26,8 +27,6 @@ from tilake.pipeline.profile import collect_captures, facts_meta
 from tilake.reports.op_diff import write_report
 from tilake.synth import make_profiler_output
 from tilake.synth.population import JobConfig, infer_population
-
-from profiler_helpers import mart
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 VERL = SHARED / "verl-cpu"

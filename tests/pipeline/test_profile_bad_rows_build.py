@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sqlite3
 
+from profiler_helpers import llm_pair, mart
+
 from tilake.lake.store import Lake
 from tilake.pipeline.profile import run_profile
 from tilake.synth.population import JobConfig, infer_population, train_population
-
-from profiler_helpers import llm_pair, mart
 
 
 def test_unlinked_cut_capture_builds_and_keeps_backend(tmp_path):

@@ -4,20 +4,17 @@ from __future__ import annotations
 import csv
 import json
 import re
-from pathlib import Path
-
-import pytest
-
 from types import SimpleNamespace
 
-from tilake.lake.warehouse import dbt_build
-from tilake.lake.store import Lake
-from tilake.ingest.profiler.load import ingest_profile
-from tilake.ingest.profiler.discover import explicit
-from tilake.synth.population import JobConfig, infer_population, train_population
-from tilake.reports.op_diff import write_report
-
+import pytest
 from profiler_helpers import llm_pair, mart
+
+from tilake.ingest.profiler.discover import explicit
+from tilake.ingest.profiler.load import ingest_profile
+from tilake.lake.store import Lake
+from tilake.lake.warehouse import dbt_build
+from tilake.reports.op_diff import write_report
+from tilake.synth.population import JobConfig, infer_population, train_population
 
 # phases "all": these runs grade every kernel of the step (the synthetic training DBs carry verl MSTX
 # phase marks, so the default would compare only the actor's log-prob forward; tests/pipeline/test_phases.py)

@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from tilake.cli import main
-from tilake.ingest.scan import seam as npu_seam
 from tilake.errors import TilakeError
-from tilake.lake.store import Lake
-from tilake.pipeline.scan import ScanStopped, scan
+from tilake.ingest.scan import seam as npu_seam
 from tilake.ingest.scan.env import NO_NPU_MESSAGE
 from tilake.ingest.scan.script import parse_script
+from tilake.lake.store import Lake
+from tilake.pipeline.scan import ScanStopped, scan
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "verl_launch"
 sys.path.insert(0, str(DATA / "standin"))
@@ -214,8 +214,8 @@ def test_read_only_script_stops_before_running(job):
 
 
 def test_read_only_filesystem_stops_before_anything_is_written(job, monkeypatch):
-    from tilake.pipeline import scan as scan_mod
     from tilake.ingest.scan import inject as scan_inject
+    from tilake.pipeline import scan as scan_mod
 
     script, env, tmp = job
     before = sorted(p.name for p in script.parent.iterdir())

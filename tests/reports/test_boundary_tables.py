@@ -4,9 +4,8 @@ from __future__ import annotations
 import csv
 import json
 
-import pytest
-
 import msprobe_writer as G
+import pytest
 
 from tilake.pipeline.dumps import run_analyze
 from tilake.reports.tables import BOUNDARY_COLUMNS, GRADE_FILL

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from profiler_helpers import mart, pt_db
 from rich.console import Console
 
 from tilake.lake.store import Lake
@@ -18,8 +19,6 @@ from tilake.reports.captures import invalid_text, steps_counted
 from tilake.reports.run_console import print_run_summary
 from tilake.synth.db import write_profiler_db
 from tilake.synth.population import JobConfig, infer_population, train_population
-
-from profiler_helpers import mart, pt_db
 
 
 def _cap(rank, **kw):

@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
+from profiler_helpers import pt_db
 
 from tilake.cli import main
 from tilake.synth.db import write_profiler_db
 from tilake.synth.population import JobConfig, infer_population, train_population
-
-from profiler_helpers import pt_db
 
 
 def test_html_and_tables_without_training_evidence(tmp_path):

@@ -8,12 +8,11 @@ import subprocess
 from html.parser import HTMLParser
 
 import pytest
+from report_helpers import raw_device_ns
 
 from tilake.reports.op_diff import csv_rows, load_facts
 from tilake.reports.op_diff_html import render_html
 from tilake.reports.tables import comparison_records, mart_extras
-
-from report_helpers import raw_device_ns
 
 
 class _Rows(HTMLParser):

@@ -5,13 +5,12 @@ from __future__ import annotations
 import copy
 import fnmatch
 import json
-import tomllib
 from pathlib import Path
 
-import pytest
-
 import msprobe_writer as G
+import pytest
 import report_schema
+import tomllib
 
 from tilake.diagnosis import outputs
 from tilake.pipeline.dumps import run_analyze

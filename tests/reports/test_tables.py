@@ -5,11 +5,10 @@ import csv
 import json
 
 import pytest
+from report_helpers import raw_device_ns
 
 from tilake.reports.op_diff import CSV_HEADER, write_report
 from tilake.reports.tables import COMPARISON_COLUMNS, GRADE_FILL
-
-from report_helpers import raw_device_ns
 
 
 @pytest.fixture(scope="module")

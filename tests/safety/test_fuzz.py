@@ -78,7 +78,7 @@ def test_hostile_dump_json(tmp_path_factory, field, value, whole_entry):
     tmp = tmp_path_factory.mktemp("fz")
     x = torch.arange(16, dtype=torch.float32).reshape(4, 4)
     ents = [("Module.m.A.Lin.forward.0", None, {"output": [x]})]
-    train, infer = write_dump(tmp / "train", ents), write_dump(tmp / "infer", ents)
+    train, _infer = write_dump(tmp / "train", ents), write_dump(tmp / "infer", ents)
     sel = {"module": "m.A.Lin", "io": "output", "index": 0}
     mp = write_map(tmp / "m.yaml", [{"name": "a", "op": "matmul", "inputs": [], "train": sel, "infer": sel}])
     p = train / "dump.json"

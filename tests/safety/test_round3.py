@@ -41,6 +41,7 @@ def _formula_cells(path: Path):
 
 def test_write_xlsx_stores_formula_like_text_as_text(tmp_path):
     from openpyxl import load_workbook
+
     from tilake.reports.tables import write_xlsx
 
     p = write_xlsx(tmp_path / "t.xlsx", [{"title": "a", "header": ["name", "n"], "rows": [[f, i] for i, f in
@@ -54,6 +55,7 @@ def test_write_xlsx_stores_formula_like_text_as_text(tmp_path):
 
 def test_boundary_results_xlsx_and_csv_hold_no_formula(tmp_path):
     import csv
+
     from tilake.reports.tables import write_boundary_tables
 
     bounds = [{"boundary": f, "status": "NOT_EXACT", "train_source": f, "max_abs_diff": 0.5} for f in FORMULAS]
@@ -118,8 +120,8 @@ def test_trend_and_probe_outputs_onto_a_fifo_are_refused(lake_copy, fifo, tmp_pa
     r = _invoke("trend", "-m", "infer_kernels", "--by", "none", "-o", fifo, "--lake", lake_copy)
     assert r.exit_code == 2 and "named pipe" in r.output, r.output
     assert _still_fifo(fifo)
-    from dumps_mini import write_dump
     import torch
+    from dumps_mini import write_dump
     d = write_dump(tmp_path / "d", [("Module.m.A.Lin.forward.0", None, {"output": [torch.ones(2)]})])
     r = _invoke("dumps", "probe", "--train", d.parents[1], "--json", fifo)
     assert r.exit_code == 2 and "named pipe" in r.output, r.output

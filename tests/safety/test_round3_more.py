@@ -17,7 +17,6 @@ from test_round3 import _invoke, _parquet, _train_db
 from tilake.cli import main
 from tilake.errors import TilakeError
 
-
 # ------------------------------------------------------------------ 5. silent wrong data is counted and said
 
 @pytest.mark.parametrize("column", ["opType", "name", "both"])
@@ -100,6 +99,7 @@ def test_disk_full_while_taking_the_lock(built, lake_copy, monkeypatch, command)
 
 def test_disk_full_in_atomic_write_bytes(built, tmp_path, monkeypatch):
     from pathlib import Path as P
+
     from tilake.files import atomic_write_bytes
 
     real = P.write_bytes
@@ -227,7 +227,9 @@ def test_interrupt_guard_records_what_dbt_swallows(tmp_path, monkeypatch):
     """The guard's flag, not the exception, decides: a Ctrl-C that dbt or DuckDB turned into a
     success (or into another error) still stops the swap."""
     import signal
+
     from dbt.cli.main import dbtRunner, dbtRunnerResult
+
     from tilake.lake.store import Lake
     from tilake.lake.warehouse import DbtInterrupted, build_swapped
 
@@ -292,6 +294,7 @@ def test_dumps_analyze_says_read_only_lake_before_analysing(pair, tmp_path, monk
 
 def test_count_cells_are_numbers_and_footnote_only_for_the_example(built, tmp_path):
     import csv
+
     from tilake.reports.op_diff import load_facts, render_markdown
 
     out = tmp_path / "out"

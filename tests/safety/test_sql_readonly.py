@@ -4,7 +4,6 @@ EXPLAIN / EXPLAIN ANALYZE / PREPARE / CTEs, is judged by the statement DuckDB wo
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 
 import duckdb
 import pytest
@@ -14,8 +13,8 @@ from hostile import one_error_line, tree_digest
 from tilake.cli import main
 from tilake.errors import TilakeError
 from tilake.lake import sql as runs_sql
-from tilake.reports import sql_console
 from tilake.lake.store import Lake
+from tilake.reports import sql_console
 
 # one statement per DuckDB StatementType reachable from SQL text; OUT is a path outside the lake,
 # PART a raw Parquet file of the lake (the reproducer overwrote raw/.../_empty.parquet this way)

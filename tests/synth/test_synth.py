@@ -7,13 +7,12 @@ import hashlib
 import json
 
 import pytest
+from synth_helpers import FIX_DB, ro, table_info, tables
 
 from tilake import synth
+from tilake.synth import JobConfig, infer_population, train_population, write_profiler_db
 from tilake.synth import db as synth_db
 from tilake.synth import tables as synth_ddl
-from tilake.synth import JobConfig, infer_population, train_population, write_profiler_db
-
-from synth_helpers import FIX_DB, ro, table_info, tables
 
 READ_TABLES = ["TASK", "COMPUTE_TASK_INFO", "STRING_IDS", "PYTORCH_API", "CANN_API", "CONNECTION_IDS",
                "PYTORCH_CALLCHAINS", "COMMUNICATION_OP", "SESSION_TIME_INFO", "META_DATA", "ENUM_API_TYPE"]

@@ -11,13 +11,20 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from synth_helpers import FIX_TEXT, ro, table_info
 
 from tilake import synth
+from tilake.synth import (
+    JobConfig,
+    infer_population,
+    make_profiler_output,
+    train_population,
+    write_analysed,
+    write_big_db,
+    write_profiler_db,
+    write_text_export,
+)
 from tilake.synth import db as synth_db
-from tilake.synth import (JobConfig, infer_population, make_profiler_output, train_population,
-                                 write_analysed, write_big_db, write_profiler_db, write_text_export)
-
-from synth_helpers import FIX_TEXT, ro, table_info
 
 SMALL = JobConfig(layers=2)
 

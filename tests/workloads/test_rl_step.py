@@ -12,13 +12,13 @@ import duckdb
 import pytest
 import torch
 from click.testing import CliRunner
+from torch_trace_writer import verl_cuda_layout
 
 from tilake.cli import main
 from tilake.lake.store import Lake
 from tilake.pipeline.example import TORCH_EXAMPLE_RUN_ID
 from tilake.pipeline.profile import run_profile
 from tilake.workloads.rl_step import run_rl_step
-from torch_trace_writer import verl_cuda_layout
 
 
 def _comparison(warehouse, run_id):

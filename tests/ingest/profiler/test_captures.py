@@ -13,12 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from profiler_helpers import FIXTURE_DB, raw, sqlite_count
 
 from tilake.ingest.profiler.load import ingest_profile
 from tilake.lake.store import Lake
 from tilake.pipeline.profile import collect_captures
-
-from profiler_helpers import FIXTURE_DB, raw, sqlite_count
 
 PYTORCH = "fixtures/profiler/msinsight/test/data/pytorch"
 TRANSDATA = ("SELECT count(*) FROM COMPUTE_TASK_INFO c JOIN TASK t USING (globalTaskId) "

@@ -11,12 +11,10 @@ import shutil
 from pathlib import Path
 
 from click.testing import CliRunner
+from profiler_helpers import FIXTURE_DB
 
 from tilake.cli import main
-from tilake.ingest.profiler.discover import (Capture, assign_worker_ranks, dedupe, device_of, discover, pid_of,
-                                             role_of)
-
-from profiler_helpers import FIXTURE_DB
+from tilake.ingest.profiler.discover import Capture, assign_worker_ranks, dedupe, device_of, discover, pid_of, role_of
 
 SRC = FIXTURE_DB + "/level2/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"
 
@@ -76,7 +74,7 @@ def test_rank_id_minus_one_has_no_rank_until_workers_are_numbered(shared_dir, tm
     assert (c.rank_source, c.rankless, c.worker, c.pid, c.device_id) == (
         "none", True, "h_9_20250101000000000_ascend_pt", 9, 0)
     ranked = Capture("infer", 3, "db", src, rank_source="file_name")
-    caps = assign_worker_ranks([ranked, c])
+    assign_worker_ranks([ranked, c])
     assert (c.rank, c.rank_source, c.workers) == (4, "worker", 1)  # slot after the side's real ranks
 
 

@@ -11,6 +11,7 @@ import sqlite3
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from profiler_helpers import FIXTURE_DB, raw
 
 from tilake import settings
 from tilake.ingest.profiler import decode, kernels
@@ -20,8 +21,6 @@ from tilake.ingest.profiler.rows import distinct_ids
 from tilake.lake.store import Lake
 from tilake.pipeline.failures import error_line
 from tilake.synth import write_big_db
-
-from profiler_helpers import FIXTURE_DB, raw
 
 COLS = ("rank, capture_id, global_task_id, device_id, stream_id, task_id, start_ns, end_ns, dur_ns, kernel_name, "
         "op_type, op_type_derived, accelerator, device_task_type, block_dim, input_shapes, input_dtypes, "

@@ -14,12 +14,11 @@ import sqlite3
 from pathlib import Path
 
 import duckdb
+from profiler_helpers import FIXTURE_DB
 
 from tilake.ingest.profiler.discover import discover
 from tilake.lake.store import Lake
 from tilake.pipeline.profile import run_profile
-
-from profiler_helpers import FIXTURE_DB
 
 SRC = FIXTURE_DB + "/level2/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"
 FRAMEWORK = ("PYTORCH_API", "CONNECTION_IDS", "PYTORCH_CALLCHAINS", "MEMORY_RECORD", "OP_MEMORY", "STEP_TIME")

@@ -12,7 +12,7 @@ import pytest
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.discover import assign_worker_ranks, dedupe, discover
-from tilake.ingest.profiler.load import _WorkerWriter, _share_of, ingest_profile
+from tilake.ingest.profiler.load import _share_of, _WorkerWriter, ingest_profile
 from tilake.lake import schema
 from tilake.lake.store import Lake
 from tilake.synth import JobConfig, make_profiler_output

@@ -1,23 +1,21 @@
 """Bad input: each gives one clear line and leaves the lake unchanged (or is recorded honestly)."""
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from profiler_helpers import lake_state, llm_pair, mart, pt_db, raw, tree_digest
 
 from tilake.cli import main
 from tilake.errors import LakeBusyError, TilakeError
-from tilake.lake.store import Lake
-from tilake.ingest.profiler.load import ingest_profile
 from tilake.ingest.profiler.discover import discover, explicit
+from tilake.ingest.profiler.load import ingest_profile
+from tilake.lake.store import Lake
+from tilake.pipeline.profile import run_profile
 from tilake.synth.layout import make_profiler_output
 from tilake.synth.population import JobConfig, infer_population, train_population
-from tilake.pipeline.profile import run_profile
-
-from profiler_helpers import lake_state, llm_pair, mart, pt_db, raw, tree_digest
 
 SMALL = JobConfig(layers=2)
 

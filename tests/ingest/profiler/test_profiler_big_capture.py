@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from profiler_helpers import llm_pair, raw
 
 from tilake import settings
 from tilake.errors import TilakeError
@@ -19,8 +20,6 @@ from tilake.lake import duck
 from tilake.lake.store import Lake
 from tilake.synth import write_big_db
 from tilake.synth.population import JobConfig, infer_population
-
-from profiler_helpers import llm_pair, raw
 
 
 def _big_db(path, rows: int, strings: int):

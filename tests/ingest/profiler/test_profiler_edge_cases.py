@@ -2,22 +2,18 @@
 unwritable output folders, empty run ids, orphaned staging folders."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
+from profiler_helpers import llm_pair, mart, raw
 
 from tilake.cli import main
 from tilake.errors import TilakeError
-from tilake.lake.store import Lake
-from tilake.ingest.profiler.load import ingest_profile
 from tilake.ingest.profiler.discover import explicit
+from tilake.ingest.profiler.load import ingest_profile
+from tilake.lake.store import Lake
+from tilake.pipeline.profile import collect_captures, run_profile
 from tilake.synth.population import JobConfig, infer_population, train_population
 from tilake.synth.text import write_text_export
-from tilake.pipeline.profile import collect_captures, run_profile
-
-from profiler_helpers import lake_state, llm_pair, mart, raw
 
 SMALL = JobConfig(layers=2)
 KD_HEADER = "Step Id,Name,Type,Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Dim\n"

@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
-
-from tilake.lake.store import Lake
-from tilake.ingest.profiler.load import ingest_profile
-from tilake.ingest.profiler.discover import explicit
-
 from profiler_helpers import FIXTURE_DB, FIXTURE_TEXT, raw, sqlite_count, tree_digest
+
+from tilake.ingest.profiler.discover import explicit
+from tilake.ingest.profiler.load import ingest_profile
+from tilake.lake.store import Lake
 
 LEVELS = ["level0", "level1", "level2"]
 

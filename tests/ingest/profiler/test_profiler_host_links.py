@@ -12,12 +12,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from profiler_helpers import raw
 
 from tilake.ingest.profiler.discover import explicit
 from tilake.ingest.profiler.load import ingest_profile
 from tilake.lake.store import Lake
-
-from profiler_helpers import raw
 
 REAL = (Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "profiler" / "msinsight" / "test" / "data"
         / "pytorch" / "db" / "level2" / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_1.db")

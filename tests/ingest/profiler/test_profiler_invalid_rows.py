@@ -11,14 +11,14 @@ import shutil
 import sqlite3
 
 import pytest
+from profiler_helpers import lake_state, llm_pair
+from profiler_helpers import raw as _raw
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.discover import explicit
 from tilake.ingest.profiler.load import ingest_profile
 from tilake.lake.store import Lake
 from tilake.synth.population import JobConfig, infer_population, train_population
-
-from profiler_helpers import lake_state, llm_pair, raw as _raw
 
 
 def raw(root, table, where="true"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from profiler_helpers import pt_db, raw
 
 from tilake.ingest.profiler.db import probe
 from tilake.ingest.profiler.discover import explicit
@@ -16,8 +17,6 @@ from tilake.ingest.profiler.load import ingest_profile
 from tilake.lake.store import Lake
 from tilake.synth.db import write_profiler_db
 from tilake.synth.population import JobConfig, infer_population, train_population
-
-from profiler_helpers import pt_db, raw
 
 
 def _cann91(db):

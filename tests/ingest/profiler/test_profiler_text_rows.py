@@ -6,10 +6,10 @@ Inputs: ``tilake.synth`` text exports (the CSV layout of ``../shared/fixtures/pr
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from profiler_helpers import llm_pair
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.discover import explicit
@@ -18,8 +18,6 @@ from tilake.ingest.profiler.text import kernel_rows, read_csv
 from tilake.lake.store import Lake
 from tilake.synth.population import JobConfig, infer_population
 from tilake.synth.text import write_text_export
-
-from profiler_helpers import llm_pair
 
 REAL = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "profiler" / "msinsight" / "server" / \
     "src" / "test" / "test_data" / "test_rank_0" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"

@@ -12,12 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from profiler_helpers import raw
 
 from tilake.ingest.profiler.metadata import parallel_groups, parallel_layout, read_metadata
 from tilake.lake.store import Lake
 from tilake.pipeline.profile import run_profile
-
-from profiler_helpers import raw
 
 REAL = "fixtures/real_public/msinsight_st_level2"
 

@@ -14,14 +14,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from profiler_helpers import FIXTURE_DB, FIXTURE_TEXT, raw
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.discover import explicit
 from tilake.ingest.profiler.load import ingest_profile
 from tilake.ingest.profiler.steps import common_steps, db_step_marks, text_step_marks
 from tilake.lake.store import Lake
-
-from profiler_helpers import FIXTURE_DB, FIXTURE_TEXT, raw
 
 LAUNCH = """SELECT coalesce(ca.startNs, k.startNs) FROM (
     SELECT t.startNs, t.connectionId FROM COMPUTE_TASK_INFO c JOIN TASK t USING (globalTaskId)

@@ -12,11 +12,11 @@ import pytest
 from rich.console import Console
 
 from tilake.ingest.scan import seam as npu_seam
-from tilake.ingest.scan.seam import NpuProbe, TorchNpuSeam
-from tilake.pipeline.scan import ScanStopped, _guard_output_dir, model_family
 from tilake.ingest.scan.env import check_environment, failed, tool_versions
 from tilake.ingest.scan.run import expected_wait, phase_of, run_script
 from tilake.ingest.scan.script import parse_script
+from tilake.ingest.scan.seam import NpuProbe, TorchNpuSeam
+from tilake.pipeline.scan import ScanStopped, _guard_output_dir, model_family
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "verl_launch"
 FULL = {"megatron-core": "0.13.0", "vllm": "0.11.0", "vllm-ascend": "0.11.0rc1", "mbridge": "0.15.1"}

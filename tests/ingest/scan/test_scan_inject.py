@@ -11,10 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from tilake.ingest.scan import inject as scan_inject
 from tilake.errors import TilakeError
-from tilake.ingest.scan.inject import (BLOCK_BEGIN, EXPECTED_PROFILER_VALUES, backup_script, check_writable,
-                                       plan_injection, unified_diff, write_script)
+from tilake.ingest.scan import inject as scan_inject
+from tilake.ingest.scan.inject import (
+    BLOCK_BEGIN,
+    EXPECTED_PROFILER_VALUES,
+    backup_script,
+    check_writable,
+    plan_injection,
+    unified_diff,
+    write_script,
+)
 from tilake.ingest.scan.script import parse_script
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "verl_launch"

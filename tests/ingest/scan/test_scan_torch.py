@@ -14,16 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from bash_recorder import compare, record
 
 from tilake.errors import TilakeError
 from tilake.ingest.scan.env import check_environment_torch, failed
 from tilake.ingest.scan.inject import EXPECTED_TORCH_VALUES, plan_injection
-from tilake.ingest.scan.preamble import (ScriptEnv, interpreter_words, preamble_text, probe_script_env)
+from tilake.ingest.scan.preamble import ScriptEnv, interpreter_words, preamble_text, probe_script_env
 from tilake.ingest.scan.script import UNKNOWN, parse_script
 from tilake.ingest.scan.shell import Unknown
 from tilake.pipeline.scan_print import stage1_json
-
-from bash_recorder import compare, record
 
 ROUND3 = "fixtures/launch_scripts_round3"
 

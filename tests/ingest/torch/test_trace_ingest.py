@@ -9,12 +9,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from torch_trace_writer import FLASH, GEMM, INFER_CUDA, SILU_MUL, SOFTMAX, TRAIN_CUDA, make_trace, verl_cuda_layout
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.discover import discover, explicit
 from tilake.ingest.profiler.load import ingest_profile
 from tilake.lake.store import Lake
-from torch_trace_writer import FLASH, GEMM, INFER_CUDA, SILU_MUL, SOFTMAX, TRAIN_CUDA, make_trace, verl_cuda_layout
 
 REAL = Path(__file__).resolve().parents[2] / "data" / "torch_cpu_trace" / "prof_rank-0.json.gz"
 
