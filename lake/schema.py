@@ -29,7 +29,7 @@ No column is HUGEINT (exports would turn it into floats). Adding a column: appen
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple, TypedDict
+from typing import Any, Dict, List, Mapping, Sequence, Tuple, TypedDict, Union
 
 Column = Tuple[str, str]
 
@@ -281,6 +281,13 @@ RAW_TABLES: Tuple[RawTable, ...] = (
 # derived views of RAW_TABLES (tests may monkeypatch TABLES entries to simulate a schema change)
 TABLES: Dict[str, List[Column]] = {t.name: [(c, ty) for c, ty, _d in t.columns] for t in RAW_TABLES}
 PARTITIONS: Dict[str, List[str]] = {t.name: list(t.partitions) for t in RAW_TABLES}
+
+
+# one value of a raw-table column as the Python writer takes it: NULL, BOOLEAN, BIGINT/INTEGER, DOUBLE, VARCHAR,
+# or a list / mapping stored as JSON text in a VARCHAR/JSON column (RunWriter.rows_table)
+LakeValue = Union[None, bool, int, float, str, Sequence[object], Mapping[str, object]]
+# one row of a raw table: column name (a name of TABLES[table]; a missing column is NULL) → its value
+LakeRow = Mapping[str, LakeValue]
 
 
 class Partition(TypedDict, total=False):

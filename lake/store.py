@@ -454,7 +454,7 @@ class RunWriter:
         self.rows_written[table] = self.rows_written.get(table, 0) + n
         return n
 
-    def rows_table(self, columns: List[tuple], rows: Iterable[Dict[str, Any]]) -> str:
+    def rows_table(self, columns: List[tuple], rows: Iterable[schema.LakeRow]) -> str:
         """Load Python rows into a temp table of the given ``(name, type)`` columns; returns its name.
 
         Rows go through a newline-delimited JSON file in the staging folder and DuckDB's
@@ -485,7 +485,7 @@ class RunWriter:
         path.unlink()
         return name
 
-    def write_rows(self, table: str, rows: Iterable[Dict[str, Any]],
+    def write_rows(self, table: str, rows: Iterable[schema.LakeRow],
                    partition: Optional[schema.Partition] = None) -> int:
         """Write Python rows (dicts keyed by column name; missing keys are NULL). Returns the count."""
         tmp = self.rows_table(schema.TABLES[table], rows)
