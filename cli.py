@@ -44,7 +44,7 @@ class _Group(click.Group):
             set_notice(rich_notice)   # the lower floors' notices (tilake.progress.notice) on a rich stderr console
             with quiet_broken_pipe():
                 return super().invoke(ctx)
-        except click.MissingParameter as exc:   # one line, not click's usage block (exit 2 as click's)
+        except click.BadParameter as exc:   # a missing or bad value (a file for a folder, a choice): one line, exit 2
             msg = exc.format_message().rstrip(".")
             where = exc.ctx.command_path if exc.ctx is not None else "tilake"
             click.echo(f"error: {msg[:1].lower()}{msg[1:]} ({where} --help)", err=True)

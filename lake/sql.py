@@ -25,6 +25,7 @@ lake's Parquet (created only when the query names them, so marts-only queries st
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import sys
@@ -259,7 +260,10 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
             raise TilakeError("--format exports exactly one SELECT statement")
         opts = {"csv": "FORMAT csv, HEADER true", "json": "FORMAT json, ARRAY true",
                 "parquet": "FORMAT parquet"}[fmt]
-        output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TilakeError(f"cannot create the output folder ({exc.strerror or exc})", path=output.parent) from exc
         body = stmts[0].query.strip().rstrip(";")
         if _SHOW_LIKE.match(body):   # COPY (DESCRIBE t) is a parser error; a subquery of it is not
             body = f"SELECT * FROM ({body})"
@@ -267,7 +271,8 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
             con.execute(f"COPY ({body}\n) TO {sql_str(tmp)} ({opts})", _bind(body, params))
             n = con.execute(f"SELECT count(*) FROM ({body}\n)", _bind(body, params)).fetchone()[0]
         except duckdb.Error as exc:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):   # a read-only folder: nothing was written to remove
+                tmp.unlink(missing_ok=True)
             raise TilakeError(duckdb_error_line(exc)) from exc
         tmp.replace(output)
         return n

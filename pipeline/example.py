@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from tilake.errors import TilakeError
+from tilake.files import check_out_dir
 from tilake.lake.store import Lake
 from tilake.pipeline.profile import ProfileResult, run_profile
 from tilake.vocab import Phase
@@ -81,7 +82,7 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, *, lang: str = 
     capture = out_dir / "profiler_output"
     if capture.exists():
         shutil.rmtree(capture)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out_dir)
     lake = Lake(example_lake(out_dir, lake_path))
     if backend == "torch":
         from tilake.workloads.rl_step import run_meta, run_rl_step
@@ -128,7 +129,7 @@ def run_joined_example(out_dir: Path, lake_path: Optional[Path] = None, *, lang:
         raise TilakeError("exists and is not a folder", path=out_dir)
     for sub in ("profiler_output", "dumps"):
         shutil.rmtree(out_dir / sub, ignore_errors=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out_dir)
     lake = Lake(example_lake(out_dir, lake_path))
     make_profiler_output(out_dir / "profiler_output", seed=0)
     meta = dict(EXAMPLE_META, step=0, collection_method=EXAMPLE_META["collection_method"]
