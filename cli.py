@@ -47,7 +47,8 @@ class _Group(click.Group):
         except click.BadParameter as exc:   # a missing or bad value (a file for a folder, a choice): one line, exit 2
             msg = exc.format_message().rstrip(".")
             where = exc.ctx.command_path if exc.ctx is not None else "tilake"
-            click.echo(f"error: {msg[:1].lower()}{msg[1:]} ({where} --help)", err=True)
+            line = exc.message if isinstance(exc, DoorError) else f"{msg[:1].lower()}{msg[1:]} ({where} --help)"
+            click.echo(f"error: {line}", err=True)
             sys.exit(2)
         except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
             line = __import__("tilake.pipeline.failures", fromlist=["_"]).error_line(exc, ctx.invoked_subcommand)

@@ -21,7 +21,10 @@ def ingest_bar(enabled: bool = True) -> Iterator[Progress]:
 
     cols = [TextColumn("[bold]ingest[/] {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TimeElapsedColumn()]
-    with RichProgress(*cols, transient=True) as bar:
+    from rich.console import Console
+
+    console = Console()   # off the terminal nothing is drawn (rich would still end with an empty stdout line)
+    with RichProgress(*cols, transient=True, console=console, disable=not console.is_terminal) as bar:
         yield bar
 
 
