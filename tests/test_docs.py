@@ -62,10 +62,10 @@ def _commands():
 
 
 def test_cli_reference_is_generated_from_the_click_tree():
-    from tilake.cli_docs import CLI_MD, render
+    from tilake.cli_docs import render
 
-    assert CLI_MD == DOCS / "cli.md"
-    assert CLI_MD.read_text(encoding="utf-8") == render(), \
+    # the checkout's docs/cli.md, whether tilake is installed editable or not (CI installs a copy)
+    assert (DOCS / "cli.md").read_text(encoding="utf-8") == render(), \
         "docs/cli.md is out of date with the click commands: run `python -m tilake.cli_docs` and commit it"
 
 
