@@ -44,18 +44,31 @@ class _Group(click.Group):
             set_notice(rich_notice)   # the lower floors' notices (tilake.progress.notice) on a rich stderr console
             with quiet_broken_pipe():
                 return super().invoke(ctx)
-        except click.BadParameter as exc:   # a missing or bad value (a file for a folder, a choice): one line, exit 2
-            msg = exc.format_message().rstrip(".")
-            where = exc.ctx.command_path if exc.ctx is not None else "tilake"
-            line = exc.message if isinstance(exc, DoorError) else f"{msg[:1].lower()}{msg[1:]} ({where} --help)"
-            click.echo(f"error: {line}", err=True)
-            sys.exit(2)
+        except click.UsageError as exc:   # a missing or bad value, an unknown option or command: one line, exit 2
+            _usage_line(exc, " ".join(filter(None, [ctx.command_path, ctx.invoked_subcommand])))
         except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C: one line, not click's "Aborted!"
             line = __import__("tilake.pipeline.failures", fromlist=["_"]).error_line(exc, ctx.invoked_subcommand)
             if line is None:
                 raise
             click.echo(f"error: {line}", err=True)
             sys.exit(2)
+
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:   # the group's own options (`tilake --bogus`) are parsed here, before invoke
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            _usage_line(exc)
+
+
+def _usage_line(exc: click.UsageError, where: str = "tilake") -> None:
+    """Print a click usage error as one ``error:`` line naming the command's --help, and exit 2 (click's
+    own output is a usage block and a capitalised ``Error:``)."""
+    msg = exc.format_message().rstrip(".")
+    where = exc.ctx.command_path if exc.ctx is not None and exc.ctx.parent is not None else where
+    line = exc.message if isinstance(exc, DoorError) else f"{msg[:1].lower()}{msg[1:]} ({where} --help)"
+    click.echo(f"error: {line}", err=True)
+    sys.exit(2)
 
 
 @click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison; 2 bad input or a stopped step "

@@ -48,3 +48,15 @@ def test_bad_choice_is_one_line():
 def test_example_out_that_cannot_be_created(a_file):
     line = _one_error_line(["example", "--out", str(a_file / "ex")])
     assert str(a_file) in line
+
+
+@pytest.mark.parametrize("args, says", [
+    (["ingest", "--lake-dir", "x"], "no such option '--lake-dir'. Did you mean '--lake'? (tilake ingest --help)"),
+    (["nosuchcmd"], "no such command 'nosuchcmd' (tilake --help)"),
+    (["--bogus"], "no such option '--bogus' (tilake --help)"),
+    (["ingest", "--train"], "option '--train' requires an argument (tilake ingest --help)"),
+    (["dumps", "nosuch"], "no such command 'nosuch' (tilake dumps --help)"),
+])
+def test_unknown_option_or_command_is_one_line(args, says):
+    """click's own answer is a usage block and a capitalised ``Error:`` (a break-test finding)."""
+    assert _one_error_line(args) == f"error: {says}"
