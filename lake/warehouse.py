@@ -27,6 +27,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -178,6 +179,24 @@ def _interrupted(lake: Lake) -> DbtInterrupted:
     return DbtInterrupted("interrupted during dbt build; the lake is unchanged", path=lake.root)
 
 
+def _join_new_threads(before: set, timeout_s: float = 300.0) -> None:
+    """Wait (up to ``timeout_s`` s in all) for the threads dbt started, after a Ctrl-C stopped its build.
+
+    dbt's ``_cancel_connections`` calls ``ThreadPool.terminate()``, which does not join a worker thread
+    still running its node (CPython's ``Pool._terminate_pool`` joins workers only when they have a
+    ``terminate``, i.e. processes), and dbt-duckdb cannot cancel a query. Exiting under such a thread
+    tears the interpreter down while it is inside DuckDB, and the process aborts in C++ ("terminate
+    called without an active exception", exit -6 instead of 2; seen once at a third of the nodes in
+    tests/safety/test_round3_more.py). The worker ends after its current node (its pool sends it a
+    sentinel), so this waits for that node, still under the lake's lock."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    for t in threading.enumerate():
+        if t not in before and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
 def _disk_failure(lake: Lake, res) -> Optional[TilakeError]:
     """One line naming the lake when dbt failed because the disk is full or the lake read-only."""
     if res.exception is not None:
@@ -247,10 +266,13 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
         if full_refresh or auto_refresh:
             args.append("--full-refresh")
         with _held_dbt_output() as held:
+            before = set(threading.enumerate())
             try:
                 res = dbtRunner(callbacks=[meter]).invoke(args)
             finally:
                 meter.close()
+            if isinstance(res.exception, KeyboardInterrupt) or InterruptGuard.any_hit():
+                _join_new_threads(before)
     if isinstance(res.exception, KeyboardInterrupt) or InterruptGuard.any_hit():   # dbt hands Ctrl-C back, or lost it
         raise _interrupted(lake) from None   # dbt's held output (its traceback of the interrupt) is dropped
     failed = _disk_failure(lake, res)   # full disk / read-only lake: one line naming the lake
