@@ -11,6 +11,9 @@ from pathlib import Path
 import click
 
 from tilake import settings
+
+settings.prime_duckdb_allocator()   # before any module below loads DuckDB
+
 from tilake.cli_context import (  # noqa: F401
     JSON_OPTION,
     LAKE_OPTION,

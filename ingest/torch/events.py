@@ -1,4 +1,7 @@
-"""Stream the events of one PyTorch-profiler Chrome trace into small CSV staging files.
+"""Stream the events of one PyTorch-profiler Chrome trace into small CSV staging files: the reference reader.
+
+The loader first tries the fast read (:mod:`tilake.ingest.torch.parts` + :mod:`tilake.ingest.torch.stage`,
+DuckDB's JSON reader, the same rows); this reader takes every trace that one refuses and names what is wrong.
 
 A trace is read with ``ijson`` (C backend ``yajl2_c``) one event at a time, so memory stays
 bounded whatever the file size: each event is routed to a CSV file in the staging folder and only

@@ -8,6 +8,12 @@ Where verl writes traces (``global_profiler.tool=torch``; verl ``docs/perf/torch
 ``<worker>.<ts>.pt.trace.json[.gz]`` (``tensorboard_trace_handler``). Finding them is
 :mod:`tilake.ingest.torch.find`; reading one is here.
 
+Two readers give the same staged tables: the fast one cuts the ``traceEvents`` array into part files
+(:mod:`tilake.ingest.torch.parts`) that DuckDB's JSON reader stages to Parquet (:mod:`tilake.ingest.torch.stage`);
+the streaming reference reader (:func:`tilake.ingest.torch.events.stream_events`: ``ijson`` → CSV) takes every
+file the fast one refuses (a damaged or truncated stream, a value DuckDB will not cast, a time past 2**62 ns) and
+so names what is wrong. tests/ingest/torch/test_trace_stage.py checks they write the same rows.
+
 Tables written (same columns as the Ascend readers):
 
 * ``kernels``: one row per device kernel (``cat: kernel``; ``accelerator='GPU'``), linked to the
@@ -29,6 +35,7 @@ Tables written (same columns as the Ascend readers):
 """
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import uuid
@@ -45,9 +52,12 @@ from tilake.ingest.torch.events import (
     TraceScan,
     TruncatedTrace,
     bad_time_event,
+    merge_header,
     read_header,
     stream_events,
 )
+from tilake.ingest.torch.parts import split_events
+from tilake.ingest.torch.stage import StagedViews, drop_views, stage_parts
 from tilake.lake.duck import sql_str
 from tilake.vocab import CaptureStatus, Evidence
 
@@ -208,10 +218,12 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str, keep_rank
     cap["schema_version"] = None if version is None else str(version)
     folder = writer.staging / f"trace-{uuid.uuid4().hex[:8]}"
     try:
-        try:
-            paths = stream_events(path, folder, scan)
-        except TruncatedTrace as exc:
-            return _truncated_result(cap, exc, scan)
+        staged, scan = _stage_fast(writer.con, path, folder, scan)
+        if staged is None:   # the reference reader: streams every event, names what is wrong in a bad trace
+            try:
+                staged = stream_events(path, folder, scan)
+            except TruncatedTrace as exc:
+                return _truncated_result(cap, exc, scan)
         rank = trace_rank_of(scan)
         # distributedInfo.rank (head or tail of the object) names the partition, except for a rollout replica
         # or relocated capture, whose rank slot discovery gave (each replica's engine repeats rank 0)
@@ -220,7 +232,7 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str, keep_rank
             cap["rank_source"] = "distributedInfo"
         version = scan.header.get("schemaVersion", version)
         cap["schema_version"] = None if version is None else str(version)
-        return _write(writer, partition, capture_id, scan, paths, cap, version, path)
+        return _write(writer, partition, capture_id, scan, staged, cap, version, path)
     except duckdb.Error as exc:
         if type(exc).__name__ == "InterruptException":
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
@@ -245,31 +257,57 @@ def _truncated_result(cap: Dict, exc: TruncatedTrace, scan: TraceScan) -> TraceR
     return TraceResult(CaptureStatus.EVIDENCE_MISSING, exc.reason, capture=cap)
 
 
+def _stage_fast(con, path: Path, folder: Path, scan: TraceScan):
+    """``(views, scan)`` from the fast read (:func:`tilake.ingest.torch.parts.split_events` →
+    :func:`tilake.ingest.torch.stage.stage_parts`: DuckDB's JSON reader, no Python dict per event), or
+    ``(None, scan)`` unchanged when that read does not take the file (the caller streams it instead)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cut = split_events(path, folder)
+    if cut is None:
+        return None, scan
+    parts, keys = cut
+    trial = copy.deepcopy(scan)
+    merge_header(trial, keys)
+    try:
+        views = stage_parts(con, parts, folder, uuid.uuid4().hex[:8], trial)
+    finally:
+        for p in parts:
+            p.unlink(missing_ok=True)
+    return (views, trial) if views is not None else (None, scan)
+
+
 SMALL_STAGING_BYTES = 64 << 20
 """Staged CSVs below this size are loaded and joined on one DuckDB thread: faster and ~35 MiB less peak RSS
 on the 40 MB V100 trace (1.28 s vs 1.63 s in-process, bench/README.md), where thread start-up and per-thread
-buffers outweigh the work; larger traces keep every core."""
+buffers outweigh the work; larger traces keep every core (the fast read's Parquet stage is measured the same way)."""
 
 
-def _write(writer, partition, capture_id, scan: TraceScan, paths, cap, version, trace: Path) -> TraceResult:
+def _write(writer, partition, capture_id, scan: TraceScan, staged, cap, version, trace: Path) -> TraceResult:
     con = writer.con
     threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
-    if sum(p.stat().st_size for p in paths.values()) < SMALL_STAGING_BYTES:
+    if isinstance(staged, StagedViews):
+        size = staged.bytes
+    else:
+        size = sum(p.stat().st_size for p in staged.values())
+    if size < SMALL_STAGING_BYTES:
         con.execute("SET threads = 1")
     try:
-        return _write_tables(writer, partition, capture_id, scan, paths, cap, version, trace)
+        return _write_tables(writer, partition, capture_id, scan, staged, cap, version, trace)
     finally:
         con.execute(f"SET threads = {int(threads)}")
 
 
-def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, version, trace: Path) -> TraceResult:
+def _write_tables(writer, partition, capture_id, scan: TraceScan, staged, cap, version, trace: Path) -> TraceResult:
     con = writer.con
     # bounded memory for multi-GB traces: DuckDB spills joins and sorts to the run's staging folder
     con.execute("SET memory_limit='600MB'")
     # (a Ray task's writer names a node-local folder of its own: tilake.ingest.profiler.fleet)
     con.execute(f"SET temp_directory={sql_str(getattr(writer, 'spill_dir', None) or writer.staging / 'spill')}")
-    tag = uuid.uuid4().hex[:8]
-    t = _load_csvs(con, paths, tag, trace, scan)
+    if isinstance(staged, StagedViews):
+        tag, t = staged.tag, dict(staged.views)
+    else:
+        tag = uuid.uuid4().hex[:8]
+        t = _load_csvs(con, staged, tag, trace, scan)
     n_py = con.execute(f'SELECT count(*) FROM "{t["py"]}"').fetchone()[0]
     base = int(scan.header.get("baseTimeNanoseconds") or 0)
     rows = {k: v for k, v in sorted(scan.counts.items())}
@@ -356,7 +394,10 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, paths, cap, ve
         f"""SELECT TRY_CAST(regexp_extract(name, '^ProfilerStep#([0-9]+)$', 1) AS BIGINT) AS n, min(ts), max(ts + dur)
             FROM "{t['ranges']}" WHERE cat = 'user_annotation' AND name LIKE 'ProfilerStep#%' AND ts IS NOT NULL
             GROUP BY n HAVING n IS NOT NULL ORDER BY n""").fetchall()]
-    for name in list(t.values()) + [f"_trace_k_{tag}", f"_trace_leaf_{tag}"] + ([chain] if chain else []):
+    if isinstance(staged, StagedViews):
+        drop_views(con, staged)
+    tables = [] if isinstance(staged, StagedViews) else list(t.values())
+    for name in tables + [f"_trace_k_{tag}", f"_trace_leaf_{tag}"] + ([chain] if chain else []):
         con.execute(f'DROP TABLE IF EXISTS "{name}"')
     if device:
         return TraceResult(CaptureStatus.OK, f"device kernels (cat kernel) from {scan.counts['kernel']} events; "
@@ -392,9 +433,10 @@ def _link_kernels(con, t: Dict[str, str], tag: str, scan: TraceScan) -> Dict[str
                CASE WHEN r.ext_id IS DISTINCT FROM r.corr THEN fr.idx END AS r_op,
                regexp_matches(coalesce(r.name, ''), {sql_str(GRAPH_LAUNCH_RE)}) AS replay
         FROM "{t['device']}" d
-        LEFT JOIN (SELECT corr, arg_min(ext_id, ts) AS ext_id, arg_min(name, ts) AS name, min(ts) AS ts,
-                          arg_min(dur, ts) AS dur, arg_min(pid, ts) AS pid, arg_min(tid, ts) AS tid
-                   FROM "{t['runtime']}" WHERE corr IS NOT NULL GROUP BY corr) r ON r.corr = d.corr
+        LEFT JOIN (SELECT corr, ts, x.ext_id AS ext_id, x.name AS name, x.dur AS dur, x.pid AS pid, x.tid AS tid
+                   FROM (SELECT corr, min(ts) AS ts,
+                                arg_min({{'ext_id': ext_id, 'name': name, 'dur': dur, 'pid': pid, 'tid': tid}}, ts) AS x
+                         FROM "{t['runtime']}" WHERE corr IS NOT NULL GROUP BY corr)) r ON r.corr = d.corr
         LEFT JOIN {first} fk ON fk.ext_id = d.ext_id
         LEFT JOIN {first} fr ON fr.ext_id = r.ext_id
         WHERE d.cat = 'kernel'""")
