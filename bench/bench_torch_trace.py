@@ -287,7 +287,7 @@ def compile_tilake() -> None:
     import tilake
 
     root = Path(tilake.__file__).parent
-    ok = compileall.compile_dir(str(root), quiet=1, rx=re.compile(r"[/\\](tests|bench|e2e|examples|docs|dbt_project)[/\\]"))
+    ok = compileall.compile_dir(str(root), quiet=1, rx=re.compile(r"[/\\](tests|bench|e2e|examples|docs|dbt_project|\.venv[^/\\]*|site-packages)[/\\]"))
     print(f"tilake modules byte-compiled under {root} ({'ok' if ok else 'some failed'})")
 
 
