@@ -236,7 +236,7 @@ def merge_header(scan: TraceScan, extra: Dict) -> None:
 
 MAX_TRACE_NS = 1 << 62
 """Largest trace time taken, in ns (year 2116): the one bound, checked by the loader on the staged columns
-(:func:`tilake.ingest.torch.load._load_csvs`) and named per event by :func:`bad_time_event`."""
+(:func:`tilake.ingest.torch.stage.load_csvs`) and named per event by :func:`bad_time_event`."""
 
 
 def _event_ns(e: dict, key: str, idx: int, path: Path) -> Optional[int]:

@@ -9,7 +9,7 @@ Where verl writes traces (``global_profiler.tool=torch``; verl ``docs/perf/torch
 :mod:`tilake.ingest.torch.find`; reading one is here.
 
 Two readers give the same staged tables: the fast one cuts the ``traceEvents`` array into part files
-(:mod:`tilake.ingest.torch.parts`) that DuckDB's JSON reader stages to Parquet (:mod:`tilake.ingest.torch.stage`);
+(:mod:`tilake.ingest.torch.parts`) that DuckDB's JSON reader stages to Parquet a batch at a time (:mod:`tilake.ingest.torch.stage`);
 the streaming reference reader (:func:`tilake.ingest.torch.events.stream_events`: ``ijson`` → CSV) takes every
 file the fast one refuses (a damaged or truncated stream, a value DuckDB will not cast, a time past 2**62 ns) and
 so names what is wrong. tests/ingest/torch/test_trace_stage.py checks they write the same rows.
@@ -48,16 +48,14 @@ import duckdb
 from tilake.errors import TilakeError
 from tilake.ingest.torch.events import (
     KNOWN_SCHEMA_VERSIONS,
-    MAX_TRACE_NS,
     TraceScan,
     TruncatedTrace,
-    bad_time_event,
     merge_header,
     read_header,
     stream_events,
 )
 from tilake.ingest.torch.parts import split_events
-from tilake.ingest.torch.stage import StagedViews, drop_views, stage_parts
+from tilake.ingest.torch.stage import StagedViews, Stager, drop_views, load_csvs
 from tilake.lake.duck import sql_str
 from tilake.vocab import CaptureStatus, Evidence
 
@@ -91,19 +89,6 @@ NO_KERNEL_OPS = (
 # autograd wrappers (``MmBackward0``, ``autograd::engine::evaluate_function: …``,
 # ``torch::autograd::AccumulateGrad``): their work is the aten ops nested inside them
 AUTOGRAD_WRAPPER_RE = r"(Backward[0-9]*$|^(torch::)?autograd::)"
-_TYPES = {
-    "ops": "idx BIGINT, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT, ext_id BIGINT, "
-           "seq BIGINT, fwd_tid BIGINT, dims VARCHAR, types VARCHAR",
-    "device": "idx BIGINT, cat VARCHAR, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT, "
-              "ext_id BIGINT, corr BIGINT, device VARCHAR, stream VARCHAR, grid VARCHAR, block VARCHAR, "
-              "bytes BIGINT",
-    "runtime": "corr BIGINT, ext_id BIGINT, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT, pid VARCHAR",
-    "ranges": "cat VARCHAR, name VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
-    "py": "py_id BIGINT, parent_id BIGINT, name VARCHAR, pid VARCHAR, tid VARCHAR, ts BIGINT, dur BIGINT",
-    "other": "ts BIGINT, dur BIGINT",
-}
-
-
 @dataclass
 class TraceResult:
     """Outcome of one trace ingest.
@@ -123,55 +108,6 @@ class TraceResult:
     capture: Dict = field(default_factory=dict)
     marks: List[Tuple[int, int, int]] = field(default_factory=list)
     links: Dict[str, int] = field(default_factory=dict)
-
-
-def _columns(table: str) -> str:
-    cols = [c.split()[0] for c in _TYPES[table].split(", ")]
-    types = [c.split()[1] for c in _TYPES[table].split(", ")]
-    return "{" + ", ".join(f"{sql_str(c)}: {sql_str(t)}" for c, t in zip(cols, types)) + "}"
-
-
-def _load_csvs(con, paths: Dict[str, Path], tag: str, trace: Path, scan: TraceScan) -> Dict[str, str]:
-    """Temp tables of the staged CSVs; ``ts``/``dur`` (µs as the trace wrote them) become integer ns, exact
-    for every value a DOUBLE holds (ijson reads the trace's floats as doubles). Then one min/max check over
-    every staged time against :data:`MAX_TRACE_NS`, and the session bounds into ``scan`` (``start_ns`` /
-    ``end_ns`` over all ``ph: X`` events, ``cpu_start_ns`` over the ``cpu_op`` rows; the ``other`` table,
-    times of events of other categories, is dropped after it).
-
-    Raises:
-        TilakeError: a time that is not a number, not finite or past 2**62 ns, naming its event in
-            ``traceEvents`` (:func:`tilake.ingest.torch.events.bad_time_event`).
-        duckdb.Error: the staged files cannot be read for another reason.
-    """
-    names = {}
-    try:
-        for key, path in paths.items():
-            name = f"_trace_{key}_{tag}"
-            cols = _columns(key).replace("'ts': 'BIGINT'", "'ts': 'DOUBLE'").replace("'dur': 'BIGINT'", "'dur': 'DOUBLE'")
-            # exact ns from µs doubles: whole µs (exact below 2^53, i.e. any epoch-µs int) × 1000 + the rounded
-            # fraction; a plain ts * 1000 in DOUBLE is off by up to 128 ns at 1.7e18
-            con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * REPLACE ('
-                        "CAST(floor(ts) AS BIGINT) * 1000 + CAST(round((ts - floor(ts)) * 1000) AS BIGINT) AS ts, "
-                        "CAST(floor(coalesce(dur, 0)) AS BIGINT) * 1000 "
-                        "+ CAST(round((coalesce(dur, 0) - floor(coalesce(dur, 0))) * 1000) AS BIGINT) AS dur) "
-                        f"FROM read_csv({sql_str(path)}, header=false, "
-                        f"auto_detect=false, columns={cols}, quote='\"', escape='\"')")
-            names[key] = name
-    except duckdb.Error:   # text or an out-of-range number where a time belongs: name the event, else re-raise
-        bad_time_event(trace)
-        raise
-    union = " UNION ALL ".join(f'SELECT ts, dur FROM "{n}"' for n in names.values())
-    lo, hi, big, cpu0 = con.execute(
-        f"SELECT min(ts), max(ts::HUGEINT + dur), max(greatest(abs(ts::HUGEINT), abs(dur::HUGEINT))), "
-        f'(SELECT min(ts) FROM "{names["ops"]}") FROM ({union})').fetchone()
-    if big is not None and big > MAX_TRACE_NS:
-        bad_time_event(trace)
-        raise TilakeError(f"a time past 2**62 ns is staged but no event holds one (max |time| {big} ns)", path=trace)
-    scan.start_ns = None if lo is None else int(lo)
-    scan.end_ns = None if hi is None else int(hi)
-    scan.cpu_start_ns = None if cpu0 is None else int(cpu0)
-    con.execute(f'DROP TABLE "{names.pop("other")}"')
-    return names
 
 
 def _variant(scan: TraceScan, has_stack: bool) -> str:
@@ -259,20 +195,16 @@ def _truncated_result(cap: Dict, exc: TruncatedTrace, scan: TraceScan) -> TraceR
 
 def _stage_fast(con, path: Path, folder: Path, scan: TraceScan):
     """``(views, scan)`` from the fast read (:func:`tilake.ingest.torch.parts.split_events` →
-    :func:`tilake.ingest.torch.stage.stage_parts`: DuckDB's JSON reader, no Python dict per event), or
+    :class:`tilake.ingest.torch.stage.Stager`: DuckDB's JSON reader, no Python dict per event), or
     ``(None, scan)`` unchanged when that read does not take the file (the caller streams it instead)."""
     folder.mkdir(parents=True, exist_ok=True)
-    cut = split_events(path, folder)
-    if cut is None:
+    stager = Stager(con, folder)
+    keys = split_events(path, folder, stager.add)
+    if keys is None:
         return None, scan
-    parts, keys = cut
     trial = copy.deepcopy(scan)
     merge_header(trial, keys)
-    try:
-        views = stage_parts(con, parts, folder, uuid.uuid4().hex[:8], trial)
-    finally:
-        for p in parts:
-            p.unlink(missing_ok=True)
+    views = stager.finish(uuid.uuid4().hex[:8], trial)
     return (views, trial) if views is not None else (None, scan)
 
 
@@ -307,7 +239,7 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, staged, cap, v
         tag, t = staged.tag, dict(staged.views)
     else:
         tag = uuid.uuid4().hex[:8]
-        t = _load_csvs(con, staged, tag, trace, scan)
+        t = load_csvs(con, staged, tag, trace, scan)
     n_py = con.execute(f'SELECT count(*) FROM "{t["py"]}"').fetchone()[0]
     base = int(scan.header.get("baseTimeNanoseconds") or 0)
     rows = {k: v for k, v in sorted(scan.counts.items())}

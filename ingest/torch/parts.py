@@ -20,12 +20,14 @@ import json
 import re
 import zlib
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tilake.ingest.torch.events import open_trace
 
 PART_BYTES = 2 << 20
 """Target size of one part file (bytes): the JSON reader's peak memory follows the part, not the trace."""
+BATCH_PARTS = 32
+"""Parts handed over at a time: at most about 64 MiB of them on disk, whatever the trace's size."""
 HEAD_LIMIT = 64 << 20
 """Header bytes searched for ``"traceEvents": [`` before giving up (the streaming reader then takes the file)."""
 _BLOCK = 1 << 20
@@ -111,8 +113,10 @@ def _write(folder: Path, n: int, data) -> Path:
     return p
 
 
-def split_events(path: Path, folder: Path) -> Optional[Tuple[List[Path], Dict]]:
-    """Write the events of ``path``'s ``traceEvents`` array as JSON-array files ``folder/events-NNNNNN.json``.
+def split_events(path: Path, folder: Path, take: Callable[[List[Path]], bool]) -> Optional[Dict]:
+    """Cut the events of ``path``'s ``traceEvents`` array into JSON-array files ``folder/events-NNNNNN.json`` and
+    hand them to ``take`` in event order, :data:`BATCH_PARTS` at a time (the last batch when the stream ends), so
+    at most about ``BATCH_PARTS × PART_BYTES`` of them sit on disk at once.
 
     Reads the (gunzipped) stream in 1 MiB blocks and holds at most about ``2 × PART_BYTES + 1 MiB`` of it.
     The array's end and the keys after it are looked for in what is held when the stream ends; a part
@@ -121,29 +125,40 @@ def split_events(path: Path, folder: Path) -> Optional[Tuple[List[Path], Dict]]:
 
     Args:
         path: a Chrome trace (``.json`` or gzip). folder: an existing staging folder.
+        take: called with each batch of part files; it may delete them; False stops the cut (None returned).
     Returns:
-        ``(parts, keys_after)`` — the part files in event order and the top-level keys written after the
-        array (``{}`` in Kineto's own order) — or None when the file is not cut here (no top-level
-        ``traceEvents`` array in the first :data:`HEAD_LIMIT` bytes, a damaged or truncated stream, or an
-        end that does not parse): the caller then reads it with
+        the top-level keys written after the array (``{}`` in Kineto's own order), or None when the file is not
+        cut here (no top-level ``traceEvents`` array in the first :data:`HEAD_LIMIT` bytes, a damaged or
+        truncated stream, an end that does not parse, or ``take`` said False): the caller then reads it with
         :func:`tilake.ingest.torch.events.stream_events`, which names what is wrong.
     Raises:
-        OSError: ``folder`` cannot be written (never for bad input).
+        nothing for bad input or a full disk (a part that cannot be written gives None).
     """
-    parts: List[Path] = []
+    batch: List[Path] = []
+    count = [0]
 
     def cut(buf, final: bool) -> int:
         """Write ``buf``'s pieces of ≥ PART_BYTES (and, when ``final``, the rest); return the bytes taken."""
         taken = 0
         view = memoryview(buf)
         for end, nxt in _cuts(buf, PART_BYTES):
-            parts.append(_write(folder, len(parts), view[taken:end]))
+            batch.append(_write(folder, count[0], view[taken:end]))
+            count[0] += 1
             taken = nxt
-        if final and (bytes(view[taken:]).strip() or not parts):   # an empty array is one empty part
-            parts.append(_write(folder, len(parts), view[taken:]))
+        if final and (bytes(view[taken:]).strip() or not count[0]):   # an empty array is one empty part
+            batch.append(_write(folder, count[0], view[taken:]))
+            count[0] += 1
             taken = len(buf)
         view.release()
         return taken
+
+    def hand(final: bool) -> bool:
+        while len(batch) >= BATCH_PARTS or (final and batch):
+            ok = take(batch[:BATCH_PARTS])
+            del batch[:BATCH_PARTS]
+            if not ok:
+                return False
+        return True
 
     try:
         with open_trace(path) as f:
@@ -164,12 +179,15 @@ def split_events(path: Path, folder: Path) -> Optional[Tuple[List[Path], Dict]]:
                 pending += block
                 if len(pending) >= 2 * PART_BYTES:
                     del pending[:cut(pending, False)]
+                    if not hand(False):
+                        return None
+        found = _array_end(pending)
+        if found is None or (found[0] == 0 and count[0]):   # "]" at the start of a later piece: not an empty array
+            return None
+        n, keys = found
+        del pending[n:]
+        cut(pending, True)
+        del pending   # before the last batch is staged: its bytes are all on disk now
+        return keys if hand(True) else None
     except (OSError, EOFError, zlib.error):
         return None
-    found = _array_end(pending)
-    if found is None or (found[0] == 0 and parts):   # "]" at the start of a later piece: not an empty array
-        return None
-    n, keys = found
-    del pending[n:]
-    cut(pending, True)
-    return parts, keys

@@ -108,7 +108,7 @@ def _kernel_events(n: int = 3, name: str = "aten::mm") -> list:
 
 CASES = {
     # Kineto order, one line per value as Kineto writes them
-    "kineto": lambda: _doc(_kernel_events()),
+    "kineto": lambda: _doc(_kernel_events(3000)),
     # HF/TraceLens exporters: metadata first, header keys after traceEvents, two devices (a "}, {" after the array)
     "keys_after": lambda: {"metadata": {"x": [{"a": 1}, {"b": 2}]}, "traceEvents": _kernel_events(),
                            "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "A"}, {"id": 1, "name": "B"}],
@@ -148,6 +148,9 @@ def test_fast_read_equals_the_streaming_read_on_our_quirky_traces(case, how, tmp
         json.dump(doc, f, indent=2 if how == "indented" else None)
     if case == "nested_cut":
         monkeypatch.setattr(parts_mod, "PART_BYTES", 4096)
+    if case == "kineto":   # many batches: idx continues across the staged files
+        monkeypatch.setattr(parts_mod, "PART_BYTES", 4096)
+        monkeypatch.setattr(parts_mod, "BATCH_PARTS", 4)
     # a cut inside a nested list of objects makes a part DuckDB refuses: the streaming read takes the trace
     assert _same(path, tmp_path, monkeypatch) is (case != "nested_cut")
 
@@ -160,13 +163,20 @@ def test_the_part_cutter_takes_the_array_and_the_keys_after_it(tmp_path, monkeyp
     path.write_text(json.dumps(doc, indent=1))
     folder = tmp_path / "parts"
     folder.mkdir()
-    got = parts_mod.split_events(path, folder)
-    assert got is not None
-    files, keys = got
-    assert len(files) > 10
+    monkeypatch.setattr(parts_mod, "BATCH_PARTS", 3)
+    batches: list = []
+
+    def take(files):
+        batches.append([json.loads(f.read_text()) for f in files])
+        for f in files:   # as the stager does: no more than a batch on disk
+            f.unlink()
+        return True
+
+    keys = parts_mod.split_events(path, folder, take)
     assert keys == {k: doc[k] for k in ("schemaVersion", "deviceProperties", "distributedInfo")}
-    events = [e for f in files for e in json.loads(f.read_text())]
-    assert events == doc["traceEvents"]
+    assert len(batches) > 3 and all(len(b) <= 3 for b in batches)
+    assert [e for b in batches for part in b for e in part] == doc["traceEvents"]
+    assert not list(folder.iterdir())
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not_json_after", "no_array"])
@@ -178,4 +188,16 @@ def test_the_part_cutter_refuses_what_it_cannot_end(damage, tmp_path):
     path.write_text(text)
     folder = tmp_path / "parts"
     folder.mkdir()
-    assert parts_mod.split_events(path, folder) is None
+    assert parts_mod.split_events(path, folder, lambda files: True) is None
+
+
+def test_a_refused_batch_stops_the_cut(tmp_path, monkeypatch):
+    monkeypatch.setattr(parts_mod, "PART_BYTES", 1024)
+    monkeypatch.setattr(parts_mod, "BATCH_PARTS", 2)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_doc(_kernel_events(200)), indent=1))
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    calls: list = []
+    assert parts_mod.split_events(path, folder, lambda files: calls.append(files) or False) is None
+    assert len(calls) == 1
