@@ -11,9 +11,6 @@ from pathlib import Path
 import click
 
 from tilake import settings
-
-settings.prime_duckdb_allocator()   # before any module below loads DuckDB
-
 from tilake.cli_context import (  # noqa: F401
     JSON_OPTION,
     LAKE_OPTION,
@@ -40,8 +37,7 @@ class _Group(click.Group):
         try:   # the imports too: a Ctrl-C while they run is one line, not click's "Aborted!"
             from tilake.pipeline.failures import sigterm_as_interrupt
             from tilake.progress import set_notice
-            from tilake.reports.progress_console import rich_notice
-            from tilake.reports.run_console import quiet_broken_pipe  # `tilake … | head`: exit 0 quietly
+            from tilake.reports.progress_console import quiet_broken_pipe, rich_notice  # `… | head`: exit 0
 
             sigterm_as_interrupt()
             set_notice(rich_notice)   # the lower floors' notices (tilake.progress.notice) on a rich stderr console
@@ -125,6 +121,7 @@ def _profile_options(f):
 def ingest(profiler_output, run_id, train, infer, model_id, model_family, model_path, step, profiler_step, rl_step,
            tags, allow_missing, lake_path, **facts):
     """Ingest a verl profiler_output/ folder (or explicit --train/--infer captures) into the lake."""
+    settings.prime_duckdb_allocator([profiler_output, *train, *infer])   # before DuckDB loads
     from tilake.pipeline.profile import ingest_command
     from tilake.reports.run_console import print_ingest
 

@@ -44,7 +44,7 @@ class RunId(_TilakeType):
     name = "run_id"
 
     def convert(self, value, param, ctx):
-        from tilake.lake.store import validate_run_id
+        from tilake.lake.run_ids import validate_run_id
 
         try:
             return validate_run_id(value)

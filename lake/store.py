@@ -21,7 +21,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import shutil
 import threading
 import uuid
@@ -36,26 +35,12 @@ from tilake.lake import schema
 from tilake.lake.compact import compact_staged
 from tilake.lake.duck import connect, parquet_columns, sql_str
 from tilake.lake.read import RawTables, open_read, raw_source  # noqa: F401  (raw_source: the readers' import)
+from tilake.lake.run_ids import RUN_ID_RE, validate_run_id  # noqa: F401  (the rule lives there; callers import it here too)
 
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 TMP_SUFFIX = ".parquet-partial"
 """Suffix of files being written inside ``raw/`` (never matched by ``**/*.parquet`` globs)."""
 TMP_PREFIX = ".tmp-"
 """Prefix of those files (a migration killed mid-way leaves ``.tmp-*``; the next one deletes them)."""
-
-
-def validate_run_id(run_id: str) -> str:
-    """Return ``run_id`` if it matches ``[A-Za-z0-9._-]+``, is not all dots and does not start with ``-``.
-
-    Raises:
-        TilakeError: the id could escape the lake folder, be read as an option (``-x``,
-            ``--lake``) or as a relative folder (``.``, ``..``, ``...``), or is empty / over 200 chars.
-    """
-    if (not run_id or not RUN_ID_RE.match(run_id) or set(run_id) == {"."} or run_id.startswith("-")
-            or len(run_id) > 200):
-        raise TilakeError(f"invalid run id {run_id!r}: use letters, digits, '.', '_' or '-', not starting "
-                          "with '-' and not only dots (it names a folder inside the lake)")
-    return run_id
 
 
 def lake_root(path: Optional[Union[str, Path]] = None) -> Path:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Iterator
 
 from tilake.progress import NullProgress, Progress
@@ -54,3 +55,26 @@ def rich_notice(text: str, style: str = "") -> None:
     from rich.text import Text
 
     Console(stderr=True).print(Text(text, style=style) if style else text, markup=False, highlight=False)
+
+
+def _rich_broken_pipe(console) -> None:
+    """rich's ``Console.on_broken_pipe`` exits with status 1; raise the error instead, so that
+    :func:`quiet_broken_pipe` ends the command with 0 whichever writer met the closed pipe."""
+    console.quiet = True
+    raise BrokenPipeError(32, "Broken pipe")
+
+
+@contextlib.contextmanager
+def quiet_broken_pipe() -> Iterator[None]:
+    """Around a CLI command: when stdout's reader has gone (``tilake scan … | head -2``), stop quietly with
+    exit status 0 (the convention of cat/grep/git), not a traceback or rich's/click's silent status 1."""
+    from rich.console import Console
+
+    from tilake.files import discard_stdout
+
+    Console.on_broken_pipe = _rich_broken_pipe
+    try:
+        yield
+    except BrokenPipeError:
+        discard_stdout()
+        sys.exit(0)

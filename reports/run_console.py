@@ -5,11 +5,10 @@ or warnings), and nothing a person reads is a raw Python ``repr``.
 """
 from __future__ import annotations
 
-import contextlib
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from tilake.lake.registry import KNOWN_TOOLS, RunListing
 from tilake.reports.captures import ingest_capture_rows, steps_counted
@@ -256,26 +255,3 @@ def print_report_paths(out: "OpDiffOutputs") -> None:
             print(f"{kind}: {p}")
     for side, text in (out.get("steps") or {}).items():
         print(f"{side}: profiler steps counted: {text}")
-
-
-def _rich_broken_pipe(console) -> None:
-    """rich's ``Console.on_broken_pipe`` exits with status 1; raise the error instead, so that
-    :func:`quiet_broken_pipe` ends the command with 0 whichever writer met the closed pipe."""
-    console.quiet = True
-    raise BrokenPipeError(32, "Broken pipe")
-
-
-@contextlib.contextmanager
-def quiet_broken_pipe() -> Iterator[None]:
-    """Around a CLI command: when stdout's reader has gone (``tilake scan … | head -2``), stop quietly with
-    exit status 0 (the convention of cat/grep/git), not a traceback or rich's/click's silent status 1."""
-    from rich.console import Console
-
-    from tilake.files import discard_stdout
-
-    Console.on_broken_pipe = _rich_broken_pipe
-    try:
-        yield
-    except BrokenPipeError:
-        discard_stdout()
-        sys.exit(0)
