@@ -32,7 +32,8 @@ def dumps_probe(train, infer, json_out) -> None:
 @dumps_group.command("analyze")
 @click.option("--train", type=click.Path(path_type=Path), required=True, help="Training-side dump of round 0.")
 @click.option("--infer", type=click.Path(path_type=Path), required=True, help="Inference-side dump of round 0.")
-@click.option("--map", "map_name", default="qwen3_hf_vllm", show_default=True, help="Boundary map (models/<name>.yaml or a path).")
+@click.option("--map", "map_name", default="auto", show_default=True,
+              help="Boundary map (models/<name>.yaml or a path); auto: the shipped map whose boundaries resolve best.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder.")
 @click.option("--round", "rounds", nargs=2, multiple=True, type=click.Path(path_type=Path),
               help="TRAIN INFER dumps of the next stub round (repeatable, in round order).")
@@ -69,7 +70,7 @@ def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, 
 @click.option("--infer", type=click.Path(path_type=Path), required=True, help="Inference-side dump.")
 @click.option("--instruction", type=click.Path(path_type=Path), required=True, help="stub_instruction.json.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True, help="Folder for load_source/ and msprobe_config.json.")
-@click.option("--map", "map_name", default="qwen3_hf_vllm", show_default=True)
+@click.option("--map", "map_name", default="auto", show_default=True)
 def dumps_stub_prepare(train, infer, instruction, out_dir, map_name) -> None:
     """Write the stub's source tensors where msprobe's load setting reads them."""
     from tilake.pipeline.dumps import run_stub_prepare

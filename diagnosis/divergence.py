@@ -61,6 +61,7 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
         return
     ev = []
     thr = float(cfg.get("rounding_max_tensor_ulp", 4))
+    jf = float(cfg.get("jump_factor", 8))
     tu = row.get("tensor_ulp")
     cls = "rounding-level"
     if st == BoundaryStatus.NONFINITE:
@@ -70,13 +71,17 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
         row["precision_downgrade"] = True
         ev.append(row["downcast"]["text"] + ": rounding to the narrower dtype, not a logic fault")
     elif st == BoundaryStatus.DTYPE_DIFF and (row.get("downcast") or {}).get("tensor_ulp") is not None \
-            and row["downcast"]["tensor_ulp"] <= thr and not row["inputs_equal"]:
+            and not row["inputs_equal"] and (row["downcast"]["tensor_ulp"] <= thr
+                                             or row["downcast"]["tensor_ulp"] <= jf * _worst_input_ulp(row, by_name)):
         # both sides computed in different precisions (e.g. fp16 rollout, bf16 trainer): compared in the lower
-        # one, a difference within the cast bound is what the precision change explains
+        # one, a difference within the cast bound — or grown from its inputs' without a jump (the precision
+        # difference amplifies with depth like any propagated one) — is what the precision change explains
         row["precision_config"] = True
-        ev.append(row["downcast"]["text"] + f"; {row['downcast']['tensor_ulp']:.3g} ULP of "
-                  f"{row['downcast']['to'].replace('torch.', '')} at tensor scale, within the bound {thr:g} after "
-                  "differing-dtype inputs: the precision difference explains it")
+        dc = row["downcast"]["tensor_ulp"]
+        how = (f"within the bound {thr:g}" if dc <= thr else
+               f"grown from its inputs' {_worst_input_ulp(row, by_name):.3g} without a jump (<= {jf:g}x)")
+        ev.append(row["downcast"]["text"] + f"; {dc:.3g} ULP of {row['downcast']['to'].replace('torch.', '')} at "
+                  f"tensor scale, {how} after differing-dtype inputs: the precision difference explains it")
     elif st == BoundaryStatus.DTYPE_DIFF:
         cls = "logic-level"
         ev.append("dtypes differ at a boundary that must agree")
@@ -119,6 +124,16 @@ def classify(row: dict, by_name: Dict[str, dict], cfg: dict, isolated: Sequence[
         ev.append(bias["text"])
     row["class"] = cls
     row["class_evidence"] = ev
+
+
+def _worst_input_ulp(row: dict, by_name: Dict[str, dict]) -> float:
+    """The largest tensor-scale ULP among a row's inputs (after the cast to the lower dtype where they differ)."""
+    vals = []
+    for n in row.get("inputs") or []:
+        r = by_name.get(n) or {}
+        dc = (r.get("downcast") or {}).get("tensor_ulp")
+        vals.append(float(dc if dc is not None else (r.get("tensor_ulp") or 0.0)))
+    return max(vals or [0.0])
 
 
 def systematic_bias(row: dict, cfg: dict) -> Optional[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from tilake.diagnosis.canonical import shape_transform
+from tilake.diagnosis.config_values import check_configs
 from tilake.diagnosis.divergence import NOT_COMPARED
 from tilake.diagnosis.pair import Pair
 from tilake.ingest.msprobe.reader import DumpSide
@@ -29,38 +30,7 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
     confirm "inputs not aligned" whatever the embedding shows).
     """
     out = []
-    # weights: confirmed only by values (same dtype: bitwise; across dtypes: after the cast to the lower
-    # precision); shapes, storage dtypes and shard layouts read "not comparable"
-    cmp = [w for w in weights
-           if w["status"] not in NOT_COMPARED + (BoundaryStatus.SHAPE_DIFF,) and not _storage_only(w)]
-    bad = [w for w in cmp if w["status"] != BoundaryStatus.EXACT and not _equal_after_cast(w)
-           and not (w.get("quantisation") or {}).get("within")]
-    quant_eq = [w for w in cmp
-                if w["status"] == BoundaryStatus.NOT_EXACT and (w.get("quantisation") or {}).get("within")]
-    cast_eq = [w for w in cmp if w["status"] == BoundaryStatus.DTYPE_DIFF and _equal_after_cast(w)]
-    miss = [w for w in weights if w not in cmp]
-    if not cmp:
-        out.append({"hypothesis": "weights not in sync", "status": HypothesisStatus.EVIDENCE_MISSING,
-                    "evidence": ["no weight boundary could be compared by value"] + [_not_comparable(w) for w in miss[:3]]})
-    elif bad:
-        out.append({"hypothesis": "weights not in sync", "status": HypothesisStatus.CONFIRMED,
-                    "evidence": [f"{w['boundary']}: {w['status']}, {w.get('mismatch_count')} elements differ "
-                                 f"({w.get('rows_differing')} of {w.get('rows_total')} rows), pattern {w.get('pattern')}"
-                                 + (f"; {w['downcast']['text']}" if w.get("downcast") else "")
-                                 + (f"; beyond the quantisation bound {w['quantisation']['bound']:.3g} (max |diff| "
-                                    f"{w['quantisation']['max_abs_diff']:.3g})" if w.get("quantisation") else "")
-                                 for w in bad]})
-    else:
-        ev = [f"{len(cmp)} weight tensors equal by value (fused qkv/gate_up weights sliced by rows)"]
-        if cast_eq:
-            ev.append(f"{len(cast_eq)} of them stored in another dtype and equal after the cast to the lower precision "
-                      f"({cast_eq[0]['downcast']['to'].replace('torch.', '')})")
-        if quant_eq:
-            ev.append(f"{len(quant_eq)} of them quantised (int8 with weight_scale, dequantised): every difference within "
-                      f"the quantisation bound (half a step; e.g. {quant_eq[0]['boundary']}: max |diff| "
-                      f"{quant_eq[0]['quantisation']['max_abs_diff']:.3g} <= {quant_eq[0]['quantisation']['bound']:.3g})")
-        ev += [_not_comparable(w) for w in miss]
-        out.append({"hypothesis": "weights not in sync", "status": HypothesisStatus.EXCLUDED, "evidence": ev})
+    out.append(weights_hypothesis(weights))
     # inputs / padding: never against the token-id check
     emb = next((r for r in rows if r["boundary"] == (pair.bmap.get("layer_input") or {}).get("first")), None)
     pad_notes = sorted({n for r in rows for n in r.get("notes", []) if "unpad" in n or "unified" in n})
@@ -91,24 +61,41 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
         out.append({"hypothesis": "inputs not aligned / padding not removed", "status": HypothesisStatus.EVIDENCE_MISSING,
                     "evidence": [f"first boundary: {_not_comparable(emb) if emb else 'absent'}", tid.get("text", "")]})
     # configs: a config value that differs, never a shard shape
-    shape_bad = [w for w in weights if w["status"] == BoundaryStatus.SHAPE_DIFF]
+    via_checked = [w for w in weights if (w.get("via_op") or {}).get("status") in ("reproduces", "does_not_reproduce")]
+    shape_bad = [w for w in weights if w["status"] == BoundaryStatus.SHAPE_DIFF and w not in via_checked]
+    cmp = [w for w in weights if w["status"] not in NOT_COMPARED + (BoundaryStatus.SHAPE_DIFF,)] + via_checked
     complete = not any(pair.stage_ends.values())
+    cv = check_configs(pair)
+    diff = [c for c in cv if c["status"] == "differs"]
+    unchecked = [c for c in cv if c["status"] == "not_checked"]
+    hyp = "model configs not equivalent"
     if pair.layer_counts["train"] != pair.layer_counts["infer"] and complete and min(pair.layer_counts.values()) > 0:
-        out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.CONFIRMED,
+        out.append({"hypothesis": hyp, "status": HypothesisStatus.CONFIRMED, "values": cv,
                     "evidence": [f"number of layers differs: train {pair.layer_counts['train']}, infer "
                                  f"{pair.layer_counts['infer']} (both sides run up to their final norm)"]})
+    elif diff:
+        out.append({"hypothesis": hyp, "status": HypothesisStatus.CONFIRMED, "values": cv,
+                    "evidence": [f"model configs not equivalent: {c['text']}" for c in diff] + _rope_rows(rows, diff)})
+    elif cmp and not shape_bad and cv and unchecked:
+        out.append({"hypothesis": hyp, "status": HypothesisStatus.EVIDENCE_MISSING, "values": cv,
+                    "evidence": [f"evidence_missing: {len(cv) - len(unchecked)} of {len(cv)} configuration values "
+                                 "checked by value"] + [c["text"] for c in cv]})
     elif cmp and not shape_bad:
-        out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.EXCLUDED,
-                    "evidence": [f"layer count {pair.layer_counts['train']} vs {pair.layer_counts['infer']}; "
-                                 f"dims {pair.dims}; every compared weight has the same shape after slicing",
-                                 "structural differences (fused vs separate projections, fused residual add) "
-                                 "are mapped by the boundary map as mathematically equivalent"]})
+        ev = [f"layer count {pair.layer_counts['train']} vs {pair.layer_counts['infer']}; "
+              f"dims {pair.dims}; every compared weight has the same shape after slicing"
+              + (f" ({len(via_checked)} pre-packed ones through their op: its input and output shapes fit the "
+                 "other side's weight)" if via_checked else ""),
+              "structural differences (fused vs separate projections, fused residual add) "
+              "are mapped by the boundary map as mathematically equivalent"]
+        ev += [c["text"] for c in cv] or ["RoPE base, norm eps and activation not checked by value (the map names "
+                                          "no config_checks)"]
+        out.append({"hypothesis": hyp, "status": HypothesisStatus.EXCLUDED, "values": cv, "evidence": ev})
     elif shape_bad:
-        out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.EVIDENCE_MISSING,
+        out.append({"hypothesis": hyp, "status": HypothesisStatus.EVIDENCE_MISSING, "values": cv,
                     "evidence": [_not_comparable(w) for w in shape_bad[:4]] +
                                 ["a shape difference is a representation (shards, fusion, padding), not a config value"]})
     else:
-        out.append({"hypothesis": "model configs not equivalent", "status": HypothesisStatus.EVIDENCE_MISSING,
+        out.append({"hypothesis": hyp, "status": HypothesisStatus.EVIDENCE_MISSING, "values": cv,
                     "evidence": ["no weight shapes to compare"]})
     # precision: the dtype a side computes in is a configuration value (fp16 rollout vs bf16 trainer)
     dt_rows = [r for r in rows if r.get("train_dtype") and r.get("infer_dtype") and r["train_dtype"] != r["infer_dtype"]]
@@ -190,6 +177,84 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
         else:
             out.append({"hypothesis": "randomness (dropout, sampling)", "status": HypothesisStatus.EVIDENCE_MISSING, "evidence": ev})
     return out
+
+
+def _rope_rows(rows: List[dict], diff: List[dict]) -> List[str]:
+    """What the boundaries show of a RoPE difference: q equal before, different after, exact at position 0,
+    growing with position (per-row error in ULP of the tensor scale)."""
+    if not any(c["key"] == "rope_theta" for c in diff):
+        return []
+    by = {r["boundary"]: r for r in rows}
+    after = next((r for r in rows if r["boundary"].endswith(".q_after_rope") and r.get("status") != BoundaryStatus.EXACT
+                  and r.get("row_tensor_ulp")), None)
+    if after is None:
+        return []
+    before = [by[n] for n in after.get("inputs") or [] if n in by]
+    per_row = [round(float(x), 2) for x in after["row_tensor_ulp"]]
+    eq = all(b.get("status") == BoundaryStatus.EXACT for b in before)
+    return [f"{', '.join(b['boundary'] for b in before) or 'its input'} {'bitwise EXACT' if eq else 'not equal'} before "
+            f"RoPE; {after['boundary']} differs after it, error by position (ULP of the tensor scale): {per_row[:12]}"
+            + ("…" if len(per_row) > 12 else "") + (" — exact at position 0, growing with position"
+                                                     if per_row and per_row[0] == 0 and per_row[-1] > 0 else "")]
+
+
+def weights_hypothesis(weights: List[dict]) -> dict:
+    """"weights not in sync", decided on complete evidence only.
+
+    Each weight boundary is *checked* by value (same dtype: bitwise; across dtypes: after the cast loading
+    does, :func:`tilake.diagnosis.pair.loading_cast`; quantised: within the dequantisation bound) or, where a
+    side dumps no weight, through its op (:mod:`tilake.diagnosis.weights_via_op`). Confirmed by any checked
+    weight that differs or does not reproduce its op; excluded only when every weight boundary was checked;
+    otherwise ``evidence_missing: k of n weights checked``.
+    """
+    cmp = [w for w in weights
+           if w["status"] not in NOT_COMPARED + (BoundaryStatus.SHAPE_DIFF,) and not _storage_only(w)]
+    bad = [w for w in cmp if w["status"] != BoundaryStatus.EXACT and not _equal_after_cast(w)
+           and not (w.get("quantisation") or {}).get("within")]
+    quant_eq = [w for w in cmp
+                if w["status"] == BoundaryStatus.NOT_EXACT and (w.get("quantisation") or {}).get("within")]
+    cast_eq = [w for w in cmp if w["status"] == BoundaryStatus.DTYPE_DIFF and _equal_after_cast(w)]
+    rest = [w for w in weights if w not in cmp]
+    via_ok = [w for w in rest if (w.get("via_op") or {}).get("status") == "reproduces"]
+    via_bad = [w for w in rest if (w.get("via_op") or {}).get("status") == "does_not_reproduce"]
+    miss = [w for w in rest if w not in via_ok and w not in via_bad]
+    n, checked = len(weights), len(cmp) + len(via_ok) + len(via_bad)
+    hyp = "weights not in sync"
+    if bad or via_bad:
+        ev = [f"{w['boundary']}: {w['status']}, {w.get('mismatch_count')} elements differ "
+              f"({w.get('rows_differing')} of {w.get('rows_total')} rows), pattern {w.get('pattern')}"
+              + (f"; {w['downcast']['text']}" if w.get("downcast") else "")
+              + (f"; beyond the quantisation bound {w['quantisation']['bound']:.3g} (max |diff| "
+                 f"{w['quantisation']['max_abs_diff']:.3g})" if w.get("quantisation") else "")
+              for w in bad]
+        ev += [f"{w['boundary']} ({w['via_op']['part']}): {w['via_op']['text']}" for w in via_bad]
+        ev.append(f"{checked} of {n} weight boundaries checked ({len(cmp)} by value, {len(via_ok) + len(via_bad)} "
+                  "through the op)")
+        return {"hypothesis": hyp, "status": HypothesisStatus.CONFIRMED, "evidence": ev,
+                "stale": [{"boundary": w["boundary"], "part": (w.get("via_op") or {}).get("part") or w["boundary"],
+                           "how": "op" if w in via_bad else "value"} for w in bad + via_bad]}
+    if not checked:
+        return {"hypothesis": hyp, "status": HypothesisStatus.EVIDENCE_MISSING,
+                "evidence": [f"evidence_missing: 0 of {n} weights checked — no weight boundary could be compared by "
+                             "value or through its op"] + [_not_comparable(w) for w in miss[:3]]}
+    ev = [f"{len(cmp)} weight tensors equal by value (fused qkv/gate_up weights sliced by rows)"]
+    if cast_eq:
+        ev.append(f"{len(cast_eq)} of them stored in another dtype and equal after the cast loading does "
+                  f"({cast_eq[0]['downcast']['text']})")
+    if quant_eq:
+        ev.append(f"{len(quant_eq)} of them quantised (int8 with weight_scale, dequantised): every difference within "
+                  f"the quantisation bound (half a step; e.g. {quant_eq[0]['boundary']}: max |diff| "
+                  f"{quant_eq[0]['quantisation']['max_abs_diff']:.3g} <= {quant_eq[0]['quantisation']['bound']:.3g})")
+    if via_ok:
+        ev.append(f"{len(via_ok)} proven through the op (a side dumps no weight, e.g. pre-packed): each linear "
+                  f"recomputed from that side's input reproduces its output (e.g. {via_ok[0]['boundary']}: "
+                  f"{via_ok[0]['via_op']['text']})")
+    if miss:
+        return {"hypothesis": hyp, "status": HypothesisStatus.EVIDENCE_MISSING,
+                "evidence": [f"evidence_missing: {checked} of {n} weights checked — not excluded on partial evidence"]
+                + ev + [_not_comparable(w) for w in miss[:6]]}
+    return {"hypothesis": hyp, "status": HypothesisStatus.EXCLUDED,
+            "evidence": [f"every weight boundary checked: {checked} of {n}"] + ev}
 
 
 def _storage_only(w: dict) -> bool:

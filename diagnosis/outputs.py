@@ -93,7 +93,7 @@ def report_source(an: Analysis, card: TaskCard) -> ReportSource:
                  "mag_signed_mean_ulp", "share_smaller_magnitude", "signed_count", "signed_filter", "bias",
                  "cols_differing", "cols_total", "logic_rows", "logic_rows_count", "logic_cols", "logic_cols_count",
                  "row_tensor_ulp", "cosine", "risk", "downcast", "precision_downgrade", "constant_rows",
-                 "quant_error")
+                 "quant_error", "equality_rate")
     rounding = [p for p in an.points if p.get("class") == "rounding-level"]
     logic = [p for p in an.points if p.get("class") == "logic-level"]
     missing = [{"round": r["round"], "boundary": r["boundary"], "status": r["status"], "reason": r.get("reason")}
@@ -124,6 +124,12 @@ def report_source(an: Analysis, card: TaskCard) -> ReportSource:
         "summary": {"boundaries": len(rows0), "counts_round0": r0.get("counts", {}),
                     "weights_compared": sum(1 for w in an.weight_rows if w["status"] not in NOT_COMPARED),
                     "weights_exact": sum(1 for w in an.weight_rows if w["status"] == BoundaryStatus.EXACT),
+                    "weights_total": len(an.weight_rows),
+                    "weights_via_op": sum(1 for w in an.weight_rows if (w.get("via_op") or {}).get("status")
+                                          in ("reproduces", "does_not_reproduce")),
+                    "weights_checked": sum(1 for w in an.weight_rows
+                                           if w["status"] not in NOT_COMPARED + (BoundaryStatus.SHAPE_DIFF,)
+                                           or (w.get("via_op") or {}).get("status") in ("reproduces", "does_not_reproduce")),
                     "rounds": len(an.rounds)},
         "token_ids": an.token_ids,
         "canonical": an.canonical,
@@ -143,8 +149,11 @@ def report_source(an: Analysis, card: TaskCard) -> ReportSource:
         "layout_scans": an.layout_scans,
         "boundaries": [{k: r.get(k) for k in slim_keys} for r in an.boundary_rows],
         "diverging": [r["boundary"] + f"@{r['round']}" for r in diverging],
-        "weights": [{k: w.get(k) for k in ("boundary", "status", "reason", "mismatch_count", "pattern")}
+        "weights": [{**{k: w.get(k) for k in ("boundary", "status", "reason", "mismatch_count", "pattern")},
+                     "via_op": ({k: w["via_op"].get(k) for k in ("side", "part", "status", "text", "beyond", "elements",
+                                                                 "max_excess_ulp")} if w.get("via_op") else None)}
                     for w in an.weight_rows],
+        "not_applicable": list(an.not_applicable),
         "limitations": limitations,
     }
 

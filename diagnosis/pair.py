@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from tilake.diagnosis import canonical as C
 from tilake.diagnosis import selectors as S
@@ -20,10 +20,12 @@ from tilake.diagnosis.quant_error import bound_for, judge
 from tilake.diagnosis.steps import open_sides
 from tilake.diagnosis.summary_gate import summary_gate
 from tilake.diagnosis.transforms import materialise
+from tilake.diagnosis.weights_via_op import check as check_via_op
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import MODULE_RE
 from tilake.lake.dump_records import Pairing
 from tilake.models.boundary_maps import SIDES, Boundary, BoundaryMap, expand
+from tilake.vocab import NOT_COMPARED as NOT_COMPARED_W
 from tilake.vocab import BoundaryStatus
 
 
@@ -67,11 +69,72 @@ class Pair:
         self.notes.extend(dim_notes)
         self.ref = bmap.get("reference_side", "train")
         self.other = "infer" if self.ref == "train" else "train"
-        self.boundaries, order_notes = order_boundaries(expand(bmap, self.n_layers), self.views, self.ref)
+        kept, na = applicable(expand(bmap, self.n_layers), self.views)
+        self.boundaries, order_notes = order_boundaries(kept, self.views, self.ref)
         self.notes.extend(order_notes)
-        self.weights = expand(bmap, self.n_layers, "weights")
+        self.weights, na_w = applicable(expand(bmap, self.n_layers, "weights"), self.views)
+        # boundaries of the map this model does not have (Qwen3's q_norm in a Qwen2): left out, never evidence_missing
+        self.not_applicable: List[dict] = na + na_w
+        if self.not_applicable:
+            names = sorted({_layerless(x["boundary"]) for x in self.not_applicable})
+            self.notes.append(f"not applicable to this model (neither dump has the module): {', '.join(names)} — "
+                              "left out; their consumers are compared against their inputs")
         for s in SIDES:
             self.notes.extend(f"{s}: {w}" for w in self.dumps[s].warnings)
+
+
+def applicable(items: List[Boundary], views: Dict[str, S.SideView]) -> Tuple[List[Boundary], List[dict]]:
+    """Split a map's expanded items into those that apply to this model and the optional ones neither dump has.
+
+    An ``optional`` item (Qwen3's q_norm/k_norm, q/k/v biases) whose selector resolves on neither side —
+    while both sides do dump modules — is *not applicable*: the architecture has no such tensor. It is left
+    out, and every consumer that listed it as an input reads its inputs instead (``q_after_rope`` then
+    follows ``q_proj.out`` directly), so it never blocks naming the first divergence.
+
+    Returns:
+        (kept items with rewired inputs, ``[{"boundary", "layer", "reason"}]`` for the items left out).
+    """
+    has_modules = {s: any(e.startswith("Module.") for e in views[s].dump.entries) for s in SIDES}
+    dropped: Dict[str, Boundary] = {}
+    for b in items:
+        if b.optional and all(has_modules.values()) and all(_unresolvable(views[s], b.spec.get(s), s) for s in SIDES):
+            dropped[b.name] = b
+    if not dropped:
+        return list(items), []
+
+    def through(names: List[str], seen: Tuple[str, ...] = ()) -> List[str]:
+        out: List[str] = []
+        for n in names:
+            if n in dropped and n not in seen:
+                out.extend(through(dropped[n].inputs, seen + (n,)))
+            else:
+                out.append(n)
+        return out
+
+    kept = []
+    for b in items:
+        if b.name in dropped:
+            continue
+        b.inputs = list(dict.fromkeys(through(b.inputs)))
+        kept.append(b)
+    return kept, [{"boundary": n, "layer": b.layer,
+                   "reason": "not applicable: neither dump has this module (the architecture has no such tensor)"}
+                  for n, b in dropped.items()]
+
+
+def _unresolvable(view: S.SideView, sel: Optional[dict], side: str) -> bool:
+    if sel is None:
+        return True
+    try:
+        S.resolve(view, sel, side)
+    except S.Unavailable:
+        return True
+    return False
+
+
+def _layerless(name: str) -> str:
+    """``L3.q_norm.out`` → ``L*.q_norm.out`` (one line for every layer's copy)."""
+    return re.sub(r"^L\d+\.", "L*.", name)
 
 
 def _canonical_tokens(dumps: dict, bmap: dict, pairing: dict):
@@ -252,6 +315,8 @@ def compare_boundary(pair: Pair, b: Boundary, round_no: int = 0) -> dict:
         row.update(status=BoundaryStatus.EVIDENCE_MISSING, reason=f"comparison failed: {type(exc).__name__}: {exc}")
         return row
     row.update(r)
+    # share of elements bitwise equal, beside max ULP: a small aggregate can hide a 100 % element mismatch
+    row["equality_rate"] = (1.0 - float(r["mismatch_fraction"])) if r.get("mismatch_fraction") is not None else None
     if r["status"] == BoundaryStatus.NOT_EXACT:   # a quantised linear's output: judged against its quantisation error
         for s in SIDES:
             got = bound_for(pair, s, res[s], pair.dims, ctx[s], tuple(a.shape))
@@ -284,7 +349,67 @@ def compare_weights(pair: Pair) -> List[dict]:
                 # half a step plus the bf16/fp16 rounding of the dequantised value
                 lim = qb * (1 + 2 ** -7) + float(r.get("ref_absmax") or 0) * 2 ** -8
                 r["quantisation"] = {"side": s, "bound": lim, "max_abs_diff": mad, "within": mad <= lim}
+        if r["status"] == BoundaryStatus.DTYPE_DIFF:
+            lc = loading_cast(pair, w)
+            if lc is not None:
+                r["downcast"] = lc
+        if r["status"] in NOT_COMPARED_W or r["status"] == BoundaryStatus.SHAPE_DIFF:
+            via = check_via_op(pair, w)
+            if via is not None:
+                r["via_op"] = via
         for k in ("row_indices_differing",):
             r.pop(k, None)
         rows.append(r)
     return rows
+
+
+def loading_cast(pair: Pair, w: Boundary) -> Optional[dict]:
+    """A weight stored in two dtypes, compared as loading made it: the reference cast into the other side's
+    dtype (an fp16 rollout loads the bf16 trainer's weights with ``.to(float16)``).
+
+    Values the other dtype cannot hold (bf16 values below fp16's normal range, or beyond its maximum) are
+    counted as part of the dtype finding, never as a sync finding. When the cast that way does not give
+    the other side's tensor, the opposite cast is tried (both loaded from a wider checkpoint: double rounding
+    leaves at most 1 ULP of the narrower mantissa).
+
+    Returns:
+        a ``downcast``-shaped dict (``exact``, ``to``, ``text``, ``unrepresentable``) or None (not two floats).
+    """
+    import torch
+
+    from tilake.diagnosis.numerics import FLOAT_FORMATS
+
+    t: Dict[str, Any] = {}
+    for s in SIDES:
+        try:
+            res = S.resolve(pair.views[s], w.spec[s], s)
+            t[s], _n = materialise(pair.views[s], res, pair.dims, {}, None)
+        except (S.Unavailable, TilakeError):
+            return None
+    a, o = t[pair.ref], t[pair.other]
+    if a.dtype not in FLOAT_FORMATS or o.dtype not in FLOAT_FORMATS or a.shape != o.shape:
+        return None
+    name = {d: str(d).replace("torch.", "") for d in (a.dtype, o.dtype)}
+    cast = a.to(o.dtype)
+    lossy = int((cast.to(a.dtype) != a).sum())
+    if torch.equal(cast, o):
+        note = (f"; {lossy} {name[a.dtype]} values are not representable in {name[o.dtype]} (part of the dtype "
+                "finding)" if lossy else "")
+        return {"to": str(o.dtype), "exact": True, "unrepresentable": lossy, "direction": "reference_to_other",
+                "text": f"equal after the cast loading does ({pair.ref} {name[a.dtype]} → {name[o.dtype]}){note}"}
+    back = o.to(a.dtype)
+    off = int((back != a).sum())
+    if off and bool(((back.double() - a.double()).abs() <= _ulp_t(a)).all()):
+        return {"to": str(a.dtype), "exact": True, "unrepresentable": off, "direction": "other_to_reference",
+                "text": f"equal within double rounding after casting {pair.other} {name[o.dtype]} → {name[a.dtype]} "
+                        f"({off} elements 1 ULP apart: both loaded from a wider checkpoint)"}
+    return {"to": str(o.dtype), "exact": off == 0, "unrepresentable": lossy, "direction": "reference_to_other",
+            "text": f"not the {pair.ref} weight in {name[o.dtype]}: {int((cast != o).sum())} elements differ after "
+                    f"the cast loading does ({name[a.dtype]} → {name[o.dtype]})"}
+
+
+def _ulp_t(t):
+    """Per-element ULP of a float tensor in its own dtype (float64)."""
+    from tilake.diagnosis.weights_via_op import _ulp
+
+    return _ulp(t.double(), t.dtype)

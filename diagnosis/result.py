@@ -44,3 +44,7 @@ class Analysis:
     canonical: List[dict] = field(default_factory=list)
     # MoE routing of both sides (tilake.diagnosis.moe.router_flips): {} for a dense model
     moe: Dict[str, Any] = field(default_factory=dict)
+    # optional boundaries of the map this model does not have (tilake.diagnosis.pair.applicable)
+    not_applicable: List[dict] = field(default_factory=list)
+    # named pitfalls of real runs, each with its evidence (tilake.diagnosis.pitfalls)
+    pitfalls: List[dict] = field(default_factory=list)

@@ -72,6 +72,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
             pair0 = pair
             an.notes.extend(pair.notes)
             an.canonical = list(pair.canonical)
+            an.not_applicable = list(pair.not_applicable)
             an.dims = pair.dims
             an.sides = {s: {"path": str(pair.dumps[s].dir), "step": pair.dumps[s].step,
                             "rank": pair.dumps[s].rank, "proc": pair.dumps[s].proc,

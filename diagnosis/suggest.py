@@ -7,7 +7,7 @@ when it resolves more boundaries on both sides than the map used.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from tilake.diagnosis import selectors as S
 from tilake.errors import TilakeError
@@ -35,6 +35,8 @@ def resolvable(bmap: dict, dumps: Dict[str, DumpSide]) -> int:
     n_layers = max([views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES] + [1])
     n = 0
     for b in expand(bmap, n_layers):
+        if b.optional:   # architecture-dependent (q_norm): neither counts for nor against a map
+            continue
         try:
             for s in SIDES:
                 S.resolve(views[s], b.spec.get(s), s)
@@ -42,6 +44,63 @@ def resolvable(bmap: dict, dumps: Dict[str, DumpSide]) -> int:
             continue
         n += 1
     return n
+
+
+# the map ``--map auto`` falls back to on a tie (the documented default before auto existed)
+DEFAULT_MAP = "qwen3_hf_vllm"
+
+
+def _detects(bmap: dict, dumps: Dict[str, DumpSide]) -> bool:
+    """True when the map's ``detect`` selectors (a module only that pairing has) resolve on their sides."""
+    det = bmap.get("detect") or {}
+    if not det:
+        return False
+    for s, sel in det.items():
+        view = S.SideView(dumps[s], ((bmap.get("sides") or {}).get(s) or {}).get("strip_segments") or [])
+        try:
+            S.resolve(view, dict(sel, io="output", index=0), s)
+        except S.Unavailable:
+            return False
+    return True
+
+
+def choose_map(train: Path, infer: Path, pairing: Optional[dict] = None) -> Tuple[str, List[dict]]:
+    """``--map auto``: the shipped map whose boundaries resolve best on both dumps (names only, no tensor).
+
+    Score = share of the map's boundaries (layers expanded) that resolve on both sides, plus 0.5 when its
+    ``detect`` module is present (e.g. vLLM's one rotary module shared by every layer: the real engine). Ties
+    go to :data:`DEFAULT_MAP`, then to the name order.
+
+    Returns:
+        (map name, ``[{"map", "resolvable", "total", "detected", "score"}]`` best first).
+    Raises:
+        TilakeError: the dumps cannot be opened (as :func:`tilake.diagnosis.steps.open_sides`).
+    """
+    from tilake.diagnosis.steps import open_sides
+
+    maps = {p.stem: load_map(str(p)) for p in list_maps()}
+    dumps, _rec = open_sides(Path(train), Path(infer), maps.get(DEFAULT_MAP) or next(iter(maps.values())), pairing)
+    scores = []
+    for name, bmap in maps.items():
+        try:
+            n = resolvable(bmap, dumps)
+        except TilakeError:
+            continue
+        total = max(1, _expanded(bmap, dumps))
+        det = _detects(bmap, dumps)
+        scores.append({"map": name, "resolvable": n, "total": total, "detected": det,
+                       "score": round(n / total + (0.5 if det else 0.0), 6)})
+    scores.sort(key=lambda x: (-x["score"], x["map"] != DEFAULT_MAP, x["map"]))
+    return (scores[0]["map"] if scores else DEFAULT_MAP), scores
+
+
+def _expanded(bmap: dict, dumps: Dict[str, DumpSide]) -> int:
+    views = {s: S.SideView(dumps[s], ((bmap.get("sides") or {}).get(s) or {}).get("strip_segments") or [])
+             for s in SIDES}
+    pat = (bmap.get("layers") or {}).get("pattern")
+    pats = pat if isinstance(pat, dict) else {s: pat for s in SIDES}
+    n_layers = max([views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES] + [1])
+    return len([b for b in expand(bmap, n_layers) if not b.optional])
 
 
 def suggest_fixes(bmap: dict, dumps: Dict[str, DumpSide]) -> List[dict]:

@@ -217,6 +217,11 @@ def _apply(t, kind: str, arg: Any, dims: Dict[str, int], view: Optional[SideView
             layout = _layout_scan(cands, other, "gate_up", part, part, context, notes)
         t = cands[layout]
         notes.append(f"gate_up part {part} ({layout} layout)")
+    elif kind == "last_rows":
+        # vLLM's logits processor computes the sampled position(s) only: the last n token rows
+        n = int(arg or 1)
+        t = t[-n:]
+        notes.append(f"last {n} token row(s) (the sampled position): {shape0}→{list(t.shape)}")
     elif kind == "select_row":
         idx = context.get("request_index", arg if isinstance(arg, int) else None)
         if idx is None:

@@ -116,6 +116,8 @@ class Boundary:
     layer: Optional[int] = None
     reason_missing: Optional[str] = None
     stub_none: Optional[str] = None
+    optional: bool = False
+    via_op: Optional[dict] = None
 
 
 def expand(bmap: BoundaryMap, n_layers: int, key: str = "boundaries") -> List[Boundary]:
@@ -125,7 +127,8 @@ def expand(bmap: BoundaryMap, n_layers: int, key: str = "boundaries") -> List[Bo
     layer, ``{p}`` the previous layer, ``{n}`` the next layer, ``{last}`` the last layer,
     ``{layer_input}`` the map's ``layer_input`` boundary of that layer. On the last layer a per-layer
     item's ``stub_last`` (when given) replaces its ``stub``: the tensor a layer hands to the next
-    layer goes to the final norm after the last one.
+    layer goes to the final norm after the last one; its ``last: {side: selector}`` replaces that side's
+    selector the same way.
     """
     li = bmap.get("layer_input") or {}
     out: List[Boundary] = []
@@ -143,6 +146,8 @@ def expand(bmap: BoundaryMap, n_layers: int, key: str = "boundaries") -> List[Bo
             for it in items[i:j]:
                 if layer == n_layers - 1 and "stub_last" in it:
                     it = {**it, "stub": it["stub_last"]}
+                if layer == n_layers - 1 and isinstance(it.get("last"), dict):
+                    it = {**it, **it["last"]}   # a side's selector on the last layer (e.g. the final norm's output.1)
                 out.append(_mk(it, {"i": str(layer), "p": str(layer - 1), "n": str(layer + 1),
                                     "last": str(n_layers - 1)}, layer, li, len(out)))
         i = j
@@ -167,4 +172,5 @@ def _mk(item: dict, mapping: Dict[str, str], layer: Optional[int], li: dict, pos
         name=_subst(item["name"], mapping), op=str(item.get("op", "unknown")), inputs=inputs,
         position=pos, spec={s: _subst(item.get(s), mapping) for s in SIDES},
         stub=_subst(item.get("stub") or {}, mapping), layer=layer,
-        reason_missing=item.get("reason_missing"), stub_none=item.get("stub_none"))
+        reason_missing=item.get("reason_missing"), stub_none=item.get("stub_none"),
+        optional=bool(item.get("optional")), via_op=_subst(item.get("via_op"), mapping))

@@ -81,7 +81,7 @@ def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] 
     return res
 
 
-def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "qwen3_hf_vllm",
+def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "auto",
                 rounds: Sequence[Tuple[Path, Path]] = (), card: Optional[Mapping[str, Union[str, int, float]]] = None,
                 request_index: Optional[int] = None, cu_seqlens: Optional[Sequence[int]] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
@@ -102,7 +102,6 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "qwe
     """
     if build and not run_id:
         raise TilakeError("--build needs --run-id (the marts are built from the lake)")
-    bmap = M.load_map(map_name)
     pairing: Pairing = {}
     if request_index is not None:
         pairing["request_index"] = int(request_index)
@@ -113,6 +112,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "qwe
     if cu_seqlens:
         pairing["cu_seqlens"] = [int(x) for x in cu_seqlens]
     logprob = read_logprob(Path(logprob_json)) if logprob_json else None
+    bmap, map_note = resolve_map(map_name, Path(train), Path(infer), pairing)
     rins = [A.RoundInput(Path(train), Path(infer))] + [A.RoundInput(Path(a), Path(b)) for a, b in rounds]
     pair0 = A.Pair(rins[0].train, rins[0].infer, bmap, pairing)
     card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], dict(card or {}))
@@ -124,6 +124,8 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "qwe
         with steps_bar(show_progress) as prog:
             cb = label_callback(prog) if show_progress else None
             an = A.analyze_pair(rins, bmap, pairing, card, cb, logprob)
+            if map_note:
+                an.notes.insert(0, map_note)
             written = {}
             if lake is not None:
                 from tilake.diagnosis.lake_rows import write_lake
@@ -155,6 +157,23 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "qwe
                        exit_code=exit_status(an))
 
 
+def resolve_map(map_name: str, train: Path, infer: Path, pairing: Optional[Pairing] = None):
+    """The boundary map to use and a note saying how it was chosen (``auto``: :func:`choose_map`).
+
+    Raises:
+        TilakeError: an unknown map name, unreadable dumps.
+    """
+    if map_name != "auto":
+        return M.load_map(map_name), None
+    from tilake.diagnosis.suggest import choose_map
+
+    name, scores = choose_map(train, infer, dict(pairing or {}))
+    top = ", ".join(f"{x['map']} {x['resolvable']}/{x['total']}{' (detected)' if x['detected'] else ''}"
+                    for x in scores[:3])
+    return M.load_map(name), (f"boundary map chosen by --map auto: {name} (boundaries resolving on both dumps: "
+                              f"{top}; pass --map NAME to force one)")
+
+
 def map_names() -> List[str]:
     """Names of the boundary maps shipped in ``models/`` (``dumps analyze --map NAME``)."""
     return [p.stem for p in M.list_maps()]
@@ -170,7 +189,7 @@ class StubPrepared(NamedTuple):
 
 
 def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path, *,
-                     map_name: str = "qwen3_hf_vllm") -> StubPrepared:
+                     map_name: str = "auto") -> StubPrepared:
     """Write the stub's source tensors + an msprobe ``config.json`` whose ``load.path`` points at them.
 
     Raises:
@@ -186,7 +205,8 @@ def run_stub_prepare(train: Path, infer: Path, instruction: Path, out_dir: Path,
     if not instr.get("needed"):
         raise TilakeError("the stub instruction says no further round is needed: " + str(instr.get("reason")),
                           path=instruction)
-    pair = A.Pair(Path(train), Path(infer), M.load_map(map_name))
+    bmap, _note = resolve_map(map_name, Path(train), Path(infer))
+    pair = A.Pair(Path(train), Path(infer), bmap)
     out_dir = Path(out_dir).resolve()
     files = A.prepare_stub_source(pair, instr, out_dir / "load_source")
     cfg = dict(instr["msprobe_config"])

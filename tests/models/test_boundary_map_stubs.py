@@ -13,8 +13,8 @@ MAPS = [p.stem for p in list_maps()]
 SELECTOR_KEYS = {"module", "api", "sum", "concat_last"}
 
 
-def test_the_shipped_maps_are_the_three_known():
-    assert MAPS == ["llama2_megatron_legacy", "qwen3_hf_vllm", "qwen3_megatron_vllm"]
+def test_the_shipped_maps_are_the_four_known():
+    assert MAPS == ["hf_vllm", "llama2_megatron_legacy", "qwen3_hf_vllm", "qwen3_megatron_vllm"]
 
 
 @pytest.mark.parametrize("name", MAPS)
@@ -37,6 +37,8 @@ def test_every_consumed_boundary_has_a_stub_target(name, layers):
 
 @pytest.mark.parametrize("name,terminal,none", [
     ("qwen3_hf_vllm", ["logits"], []),
+    ("hf_vllm", ["logits"], [f"L{i}.{b}" for i in (0, 1) for b in ("q_proj.out", "k_proj.out", "q_norm.out",
+                                                                    "k_norm.out", "attn_residual.out")]),
     ("qwen3_megatron_vllm", ["logits"], []),
     ("llama2_megatron_legacy", ["final_norm.out"], ["L0.attn_dense.out", "L1.attn_dense.out"]),
 ])

@@ -34,6 +34,7 @@ select
     compared.train_dtype,
     compared.mismatch_count,
     compared.mismatch_fraction,
+    1.0 - compared.mismatch_fraction as equality_rate,
     compared.max_abs_diff,
     compared.tensor_ulp,
     compared.max_elem_ulp_significant,
