@@ -207,7 +207,9 @@ def join_pp(stages: List[Any], side: str, layer_pattern: Optional[str] = None) -
         rename: Dict[str, str] = {}
         local_mod: Dict[str, int] = {}
         local_api: Dict[str, int] = {}
-        for e in list(st.order) + [k for k in st.parents if k not in st.order]:
+        # construct.json call order first (the joined parents replay it: tilake.diagnosis.order.event_times),
+        # then entries it lacks in dump.json order
+        for e in list(st.parents) + [k for k in sorted(st.order, key=st.order.get) if k not in st.parents]:
             new = lrx.sub(lambda m, off=offset: m.group(0).replace(m.group(1), str(int(m.group(1)) + off)), e) if offset else e
             m = MODULE_RE.match(new)
             if m:

@@ -154,8 +154,19 @@ def report_source(an: Analysis, card: TaskCard) -> ReportSource:
                                                                  "max_excess_ulp")} if w.get("via_op") else None)}
                     for w in an.weight_rows],
         "not_applicable": list(an.not_applicable),
+        "api_sequence": _api_summary(an.api_sequence),
         "limitations": limitations,
     }
+
+
+def _api_summary(seq: Optional[dict]) -> Optional[dict]:
+    """The L1 API-sequence result without its full row list (first 200 differing or equal rows kept)."""
+    if not seq:
+        return None
+    rows = seq.get("rows") or []
+    keep = [r for r in rows if r["status"] != "equal"][:200]
+    return {**{k: v for k, v in seq.items() if k != "rows"}, "rows_shown": keep,
+            "rows_equal": sum(1 for r in rows if r["status"] == "equal"), "rows_total": len(rows)}
 
 
 def write_outputs(an: Analysis, card: TaskCard, out_dir: Path,

@@ -48,3 +48,5 @@ class Analysis:
     not_applicable: List[dict] = field(default_factory=list)
     # named pitfalls of real runs, each with its evidence (tilake.diagnosis.pitfalls)
     pitfalls: List[dict] = field(default_factory=list)
+    # msprobe L1 (API-level) dumps: the aligned API sequences and their statistics (tilake.diagnosis.api_sequence)
+    api_sequence: Optional[Dict[str, Any]] = None

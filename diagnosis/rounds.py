@@ -7,6 +7,7 @@ import gc
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from tilake.diagnosis.api_sequence import analyze_api_sequence, is_api_level
 from tilake.diagnosis.divergence import NOT_COMPARED, amplification_chain, classify, find_points, first_divergence
 from tilake.diagnosis.hypotheses import hypotheses
 from tilake.diagnosis.moe import moe_hypothesis, router_flips
@@ -16,7 +17,7 @@ from tilake.diagnosis.risk import rate
 from tilake.diagnosis.stubs import stub_instruction, verify_stub
 from tilake.diagnosis.suggest import suggest_fixes
 from tilake.diagnosis.token_ids import compare_token_ids, feed_embedding
-from tilake.diagnosis.verdict import verdict
+from tilake.diagnosis.verdict import api_verdict, verdict
 from tilake.models.boundary_maps import SIDES
 from tilake.vocab import EVIDENCE_MISSING, SKIPPED, BoundaryStatus, RoundOutcome, Verdict
 
@@ -199,8 +200,11 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
     if pair0 is not None:   # .pt files whose dtype is not dump.json's: said, never silent
         an.notes.extend(n for n in (pair0.dumps[s].dtype_note() for s in SIDES) if n)
     verdict(an, logprob)
+    if pair0 is not None and all(is_api_level(pair0.dumps[s]) for s in SIDES):
+        an.api_sequence = analyze_api_sequence(pair0.dumps)
+        api_verdict(an)
     if pair0 is not None and not any(r["status"] not in NOT_COMPARED + SKIPPED
-                                     for r in an.boundary_rows):
+                                     for r in an.boundary_rows) and not (an.api_sequence or {}).get("aligned"):
         an.suggestions = suggest_fixes(bmap, pair0.dumps)
         if an.suggestions:
             an.verdict_reason += "; try: " + "; ".join(x["text"] for x in an.suggestions[:2])

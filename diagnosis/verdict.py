@@ -115,3 +115,27 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
         an.logprob = {"status": Verdict.EVIDENCE_MISSING, "mean": None, "max": None, "std": None,
                       "reason": "no measured prefill log-prob diff supplied (e.g. from a training log); "
                                 "not computed from dumps"}
+
+
+def api_verdict(an: Analysis) -> None:
+    """The verdict of an API-level (msprobe L1) pair from its aligned statistics (in place; after
+    :func:`verdict`, which found no module boundary to compare).
+
+    A difference beyond the reduction tolerance is ``nonzero`` (logic_level when a point is logic-like);
+    equal statistics everywhere stay ``evidence_missing``: statistics cannot prove equal tensors.
+    """
+    seq = an.api_sequence or {}
+    if not seq.get("aligned"):
+        return
+    pts = seq.get("points") or []
+    lim = "; statistics cannot show: " + "; ".join(seq.get("limits") or [])
+    if seq.get("status") == "found":
+        an.verdict = Verdict.NONZERO
+        an.consistency = (Consistency.LOGIC_LEVEL if any(p.get("class") == "logic-like" for p in pts)
+                          else Consistency.UNKNOWN)
+        an.verdict_reason = (f"msprobe L1 statistics, {seq['aligned']} API calls aligned: {seq['text']}"
+                             + "".join(f"; point: {p.get('train') or p.get('infer')} — {p['why']}" for p in pts[1:4])
+                             + lim)
+    else:
+        an.verdict, an.consistency = Verdict.EVIDENCE_MISSING, Consistency.UNKNOWN
+        an.verdict_reason = f"msprobe L1 statistics, {seq['aligned']} API calls aligned: {seq['text']}" + lim
