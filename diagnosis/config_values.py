@@ -37,7 +37,10 @@ ROPE_SAME_REL = 0.01     # two fitted bases within 1 % are the same configuratio
 EPS_GRID = [0.0] + [10.0 ** (e / 4) for e in range(-48, -7)]   # 0, 1e-12 … 1e-2 (quarter decades)
 
 
-def _t(pair, side: str, sel: Optional[dict]) -> Optional[torch.Tensor]:
+def _t(pair, side: str, sel: Any) -> Optional[torch.Tensor]:
+    """The tensor a selector names on a side (the first that resolves of a list of alternatives), or None."""
+    if isinstance(sel, list):
+        return next((t for t in (_t(pair, side, x) for x in sel) if t is not None), None)
     if not sel:
         return None
     try:
