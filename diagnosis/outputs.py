@@ -155,6 +155,7 @@ def report_source(an: Analysis, card: TaskCard) -> ReportSource:
                     for w in an.weight_rows],
         "not_applicable": list(an.not_applicable),
         "api_sequence": _api_summary(an.api_sequence),
+        "pitfalls": list(an.pitfalls),
         "limitations": limitations,
     }
 

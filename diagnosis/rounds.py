@@ -12,6 +12,7 @@ from tilake.diagnosis.divergence import NOT_COMPARED, amplification_chain, class
 from tilake.diagnosis.hypotheses import hypotheses
 from tilake.diagnosis.moe import moe_hypothesis, router_flips
 from tilake.diagnosis.pair import Pair, compare_boundary, compare_weights
+from tilake.diagnosis.pitfalls import check_all, lm_head_by_shape
 from tilake.diagnosis.result import Analysis
 from tilake.diagnosis.risk import rate
 from tilake.diagnosis.stubs import stub_instruction, verify_stub
@@ -67,6 +68,7 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
     all_pts: List[dict] = []
     earlier: Dict[str, str] = {}   # boundary → its status in the latest round that compared it
     pair0 = None
+    early: List[dict] = []
     for k, rin in enumerate(rounds):
         pair = Pair(rin.train, rin.infer, bmap, pairing)
         if k == 0:
@@ -147,6 +149,8 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
                      counts=_counts(cmp_rows))
         if k == 0:
             an.weight_rows = compare_weights(pair)
+            lm = lm_head_by_shape(pair, an.weight_rows)   # a fused logits op: the lm_head found by its shape
+            early = [lm] if lm else []
             an.hypotheses = hypotheses(pair, cmp_rows, an.weight_rows, fd, task_card or {}, an.token_ids)
             an.moe = router_flips(pair)   # MoE routing: router decision flips per token row (a finding of its own)
             if an.moe:
@@ -197,6 +201,8 @@ def run_rounds(rounds, bmap: dict, pairing: Optional[dict], task_card: Optional[
         "reason": an.rounds[-1].get("outcome") if an.rounds else Verdict.NOT_RUN}
     if stop_reason:
         an.notes.append(stop_reason)
+    if pair0 is not None:
+        an.pitfalls = check_all(pair0, [r for r in an.boundary_rows if r["round"] == 0], an.rounds, early)
     if pair0 is not None:   # .pt files whose dtype is not dump.json's: said, never silent
         an.notes.extend(n for n in (pair0.dumps[s].dtype_note() for s in SIDES) if n)
     verdict(an, logprob)

@@ -299,7 +299,7 @@ def test_bad_map_and_bad_out_folder_are_one_line_errors(mini, tmp_path):
     assert r.exit_code == 2 and "boundaries[0] (x) has no 'infer' selector" in r.output
     r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(tmp / "train"), "--infer", str(tmp / "infer"),
                                   "--map", "no_such_map", "--out", str(tmp / "o")])
-    assert r.exit_code == 2 and "(shipped maps: llama2_megatron_legacy, qwen3_hf_vllm, qwen3_megatron_vllm)" in r.output
+    assert r.exit_code == 2 and "(shipped maps: hf_vllm, llama2_megatron_legacy, qwen3_hf_vllm, qwen3_megatron_vllm)" in r.output
     f = tmp_path / "afile"
     f.write_text("x")
     good = write_map(tmp / "good.yaml", [bnd("b", sel("m.B.Lin"), sel("m.B.Lin"))])

@@ -31,7 +31,8 @@ GEN = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe_shapes.py"
 
 pytestmark = requires_msprobe
 SIDES = [("ref", "train"), ("ref", "infer"), ("tp2", "infer"), ("pp2", "train"), ("padded", "train"),
-         ("prefix", "infer"), ("chunked", "infer"), ("fp16", "infer"), ("int8", "infer")]
+         ("prefix", "infer"), ("chunked", "infer"), ("fp16", "infer"), ("int8", "infer"), ("pp4", "train"),
+         ("pp4", "infer")]
 MB3 = 3 * 1024 * 1024
 
 
@@ -150,6 +151,25 @@ def test_pp2_stages_join_with_a_layer_offset(dumps):
     _exact(an)
     (rec,) = an.canonical
     assert rec["kind"] == "pp" and rec["layer_offsets"] == [0, 1] and "send/recv" in rec["text"]
+
+
+def test_pp4_one_layer_per_stage_statistics_join_by_rank_not_by_name(dumps):
+    """PP=4 with one layer per stage (ModelLink's shape): every middle stage dumps ``model.layers.0``, so the
+    ranks only look like one TP group; the send/recv calls make them stages, joined in rank order with layer
+    offsets 0..3, and each layer's boundaries are gated by msprobe's statistics (never called EXACT)."""
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(dumps["pp4", "train"]), "--infer",
+                                  str(dumps["pp4", "infer"]), "--map", "qwen3_hf_vllm", "--out",
+                                  str(dumps["pp4", "train"].parent / "pp4_out"), "--no-charts"])
+    assert r.exit_code == 3, r.output   # statistics only: nothing can be proven EXACT
+    src = json.loads((dumps["pp4", "train"].parent / "pp4_out" / "report_source.json").read_text())
+    (rec,) = [c for c in src["canonical"] if c["kind"] == "pp"]
+    assert rec["pp"] == 4 and rec["layer_offsets"] == [0, 1, 2, 3] and rec["stages"] == ["rank0", "rank1", "rank2",
+                                                                                          "rank3"]
+    assert src["sides"]["train"]["layers"] == 4
+    names = [b["boundary"] for b in src["boundaries"]]
+    assert names[0] == "embed" and names.index("L3.input_layernorm.out") > names.index("L2.layer.out")
+    l3 = next(b for b in src["boundaries"] if b["boundary"] == "L3.input_layernorm.out")
+    assert l3["status"] == "evidence_missing" and "statistics equal" in l3["reason"]
 
 
 def test_left_padded_batch_row_selected_by_ids(dumps):

@@ -239,9 +239,15 @@ def test_nothing_compared_exits_3_and_names_the_fix(base, tmp_path):
     cfg, w, root = base
     G.dump_megatron(cfg, root / "meg", w)
     G.dump_infer(cfg, root / "sw_infer", None, w=w)
-    # a Megatron training dump analysed with the HF map: the megatron map resolves
+    # --map auto finds the Megatron map from the dump names alone
     r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "meg"), "--infer", str(root / "sw_infer"),
-                                  "--out", str(tmp_path / "o1"), "--no-charts"])
+                                  "--out", str(tmp_path / "o0"), "--no-charts"])
+    assert r.exit_code == 0, r.output
+    src = json.loads((tmp_path / "o0" / "report_source.json").read_text())
+    assert src["map"]["name"] == "qwen3_megatron_vllm" and src["results"]["verdict"] == "exact"
+    # a Megatron training dump analysed with the HF map forced: the megatron map resolves
+    r = CliRunner().invoke(main, ["dumps", "analyze", "--train", str(root / "meg"), "--infer", str(root / "sw_infer"),
+                                  "--map", "qwen3_hf_vllm", "--out", str(tmp_path / "o1"), "--no-charts"])
     assert r.exit_code == 3, r.output
     assert "--map qwen3_megatron_vllm" in r.output
     src = json.loads((tmp_path / "o1" / "report_source.json").read_text())
