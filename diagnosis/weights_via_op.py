@@ -35,7 +35,7 @@ from tilake.diagnosis.transforms import materialise
 from tilake.errors import TilakeError
 from tilake.models.boundary_maps import SIDES, Boundary
 
-MAX_ROWS = 64          # token rows recomputed per linear (cost: rows × N × K multiply-adds in float64)
+MAX_ROWS = 16          # token rows recomputed per linear (cost: rows × N × K multiply-adds in float64, twice)
 ACC_UNIT = 2.0 ** -23  # twice float32's unit roundoff 2**-24: the accumulation term's margin
 
 
