@@ -90,6 +90,38 @@ def _same_stats(shards: List[DumpSide], sl: Slot) -> bool:
     return True
 
 
+def merged_stats(kind: str, shards: List[DumpSide], sl: Slot) -> Dict[str, Any]:
+    """msprobe statistics of a merged slot, from its shards' statistics — only as statistics allow.
+
+    Non-overlapping shards (``cat`` / ``segments``): Max = max of the shards' Max, Min = min of their Min, Mean =
+    the element-weighted mean of their Means, Norm = the root of their summed squared Norms (float64); md5 cannot
+    be merged. Replicated slots keep rank 0's statistics (the ranks must agree). A slot whose shards lack a
+    statistic, or that cannot be merged (``refuse``), gets ``{"merge": <why not>}`` and no figures, so the
+    summary gate reads it ``evidence_missing`` instead of comparing one shard's figures with a whole tensor.
+    """
+    import math
+
+    if kind == "replicated":
+        return dict(sl.declared_stats)
+    if kind == "refuse":
+        return {"merge": "statistics of these shards cannot be merged (the slot itself cannot)"}
+    per = [r.slot(sl.entry, sl.io, sl.index) for r in shards]
+    if not sl.declared_stats:
+        return {}
+    need = ("Max", "Min", "Mean", "Norm")
+    if any(p is None or any(not isinstance((p.declared_stats or {}).get(k), (int, float)) or
+                            isinstance((p.declared_stats or {}).get(k), bool) for k in need) for p in per):
+        return {"merge": "a shard lacks Max/Min/Mean/Norm: the merged statistics are unknown"}
+    sizes = [math.prod(int(x) for x in (p.declared_shape or [1])) for p in per]
+    st = [p.declared_stats for p in per]
+    n = sum(sizes)
+    return {"Max": max(float(x["Max"]) for x in st), "Min": min(float(x["Min"]) for x in st),
+            "Mean": sum(float(x["Mean"]) * k for x, k in zip(st, sizes)) / n if n else 0.0,
+            "Norm": math.sqrt(sum(float(x["Norm"]) ** 2 for x in st)),
+            "merge": f"merged from {len(per)} non-overlapping shards (max/min of extremes, element-weighted mean, "
+                     "root of summed squared norms)"}
+
+
 def merge_tp(shards: List[DumpSide], side: str) -> LogicalSide:
     """TP ranks of one stage (same modules) as one logical side; see the module docstring for the rules.
 
@@ -113,7 +145,7 @@ def merge_tp(shards: List[DumpSide], side: str) -> LogicalSide:
             shape[arg] *= tp
         elif shape and kind == "segments":
             shape[arg[0]] = sum(arg[1]) * tp
-        slots.append(replace(sl, declared_shape=shape))
+        slots.append(replace(sl, declared_shape=shape, declared_stats=merged_stats(kind, shards, sl)))
 
     def load(sl: Slot):
         from tilake.diagnosis.selectors import Unavailable

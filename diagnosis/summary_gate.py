@@ -66,14 +66,20 @@ def summary_gate(res: Dict[str, Any], has_pt: Callable[[str, Any], bool]) -> Opt
                 "reason": None if same else f"md5 {md5['train']} (train) vs {md5['infer']} (infer): NOT_EXACT, "
                                             "ULP unknown (no tensor in the dump; collect tensor mode to measure it)"}
     vals = {s: [st[s].get(k) for k in STATS] for s in SIDES}
+    merge = "; ".join(f"{s}: {st[s]['merge']}" for s in SIDES if st[s].get("merge"))
     if any(v is None for s in SIDES for v in vals[s]):
         return {**out, "status": BoundaryStatus.EVIDENCE_MISSING, "evidence_kind": None,
-                "reason": "no tensor and no statistics/md5 for this boundary in dump.json"}
-    diff = [f"{k} {a:.6g} vs {b:.6g}" for k, a, b in zip(STATS, vals["train"], vals["infer"]) if a != b]
-    if diff:
+                "reason": "no tensor and no statistics/md5 for this boundary in dump.json" + (f" ({merge})" if merge else "")}
+    from tilake.diagnosis.api_sequence import compare_stats
+
+    cmp = compare_stats({"dtype": sl["train"].declared_dtype, "shape": sl["train"].declared_shape, **st["train"]},
+                        {"dtype": sl["infer"].declared_dtype, "shape": sl["infer"].declared_shape, **st["infer"]})
+    note = f" ({merge})" if merge else ""
+    if cmp["status"] == "differs":
         return {**out, "status": BoundaryStatus.EVIDENCE_MISSING, "evidence_kind": "statistics", "stats_differ": True,
-                "reason": "candidate: statistics differ (" + ", ".join(diff) + "); statistics cannot prove "
-                          "EXACT or NOT_EXACT — collect tensor mode for this boundary (msprobe list/scope)"}
+                "reason": "candidate: statistics differ beyond the float32 reduction tolerance (" + cmp["text"] + ")"
+                          + note + "; statistics cannot prove EXACT or NOT_EXACT — collect tensor mode for this "
+                          "boundary (msprobe list/scope)"}
     return {**out, "status": BoundaryStatus.EVIDENCE_MISSING, "evidence_kind": "statistics",
-            "reason": "statistics equal (Max/Min/Mean/Norm) — statistics cannot prove EXACT; collect tensor "
-                      "or md5 mode"}
+            "reason": "statistics equal (Max/Min equal, Mean/Norm within the float32 reduction tolerance)" + note
+                      + " — statistics cannot prove EXACT; collect tensor or md5 mode"}

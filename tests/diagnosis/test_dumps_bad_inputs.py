@@ -278,7 +278,8 @@ def test_statistics_only_dump_is_evidence_missing(tmp_path):
     an = A.analyze_pair([A.RoundInput(tmp_path / "train", tmp_path / "infer")], M.load_map("qwen3_hf_vllm"))
     # statistics are used but can never prove EXACT: every boundary stays evidence_missing, saying why
     assert {r["status"] for r in an.boundary_rows} == {"evidence_missing"}
-    assert "statistics equal (Max/Min/Mean/Norm) — statistics cannot prove EXACT" in an.boundary_rows[0]["reason"]
+    assert "statistics equal (Max/Min equal, Mean/Norm within the float32 reduction tolerance) — statistics cannot " \
+           "prove EXACT" in an.boundary_rows[0]["reason"]
     assert any("the map's selector needs one (qkv_part)" in r["reason"] for r in an.boundary_rows)
     assert an.verdict == "evidence_missing" and "no boundary could be compared" in an.verdict_reason
     rows = stats_rows(DumpSide(tmp_path / "infer"), "infer", 0)

@@ -32,7 +32,7 @@ GEN = Path(__file__).resolve().parents[1] / "fixtures" / "msprobe_shapes.py"
 pytestmark = requires_msprobe
 SIDES = [("ref", "train"), ("ref", "infer"), ("tp2", "infer"), ("pp2", "train"), ("padded", "train"),
          ("prefix", "infer"), ("chunked", "infer"), ("fp16", "infer"), ("int8", "infer"), ("pp4", "train"),
-         ("pp4", "infer")]
+         ("pp4", "infer"), ("tp2s", "infer")]
 MB3 = 3 * 1024 * 1024
 
 
@@ -170,6 +170,20 @@ def test_pp4_one_layer_per_stage_statistics_join_by_rank_not_by_name(dumps):
     assert names[0] == "embed" and names.index("L3.input_layernorm.out") > names.index("L2.layer.out")
     l3 = next(b for b in src["boundaries"] if b["boundary"] == "L3.input_layernorm.out")
     assert l3["status"] == "evidence_missing" and "statistics equal" in l3["reason"]
+
+
+def test_tp2_statistics_merge_only_as_statistics_allow(dumps):
+    """TP=2 shards in statistics mode: a column-parallel output's merged Max/Min/Mean/Norm (extremes, element-
+    weighted mean, root of summed squares) equal the unsharded run's within the reduction tolerance; a fused
+    qkv output needs the tensor (its slices cannot be taken from statistics) and says so."""
+    an, _hyp = _analyse(dumps["ref", "train"], dumps["tp2s", "infer"])
+    rows = {r["boundary"]: r for r in an.boundary_rows}
+    for b in ("L0.o_proj.out", "L0.act_mul.out", "L1.down_proj.out"):
+        assert rows[b]["status"] == "evidence_missing" and rows[b]["reason"].startswith("statistics equal"), rows[b]
+    merged = rows["L0.act_mul.out"]
+    assert "merged from 2 non-overlapping shards" in merged["reason"]
+    assert "collect tensor mode" in rows["L0.q_proj.out"]["reason"]
+    assert not any(r.get("stats_differ") for r in an.boundary_rows)
 
 
 def test_left_padded_batch_row_selected_by_ids(dumps):
