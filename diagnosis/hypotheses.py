@@ -75,7 +75,7 @@ def hypotheses(pair: Pair, rows: List[dict], weights: List[dict], fd: dict, task
                                  f"{pair.layer_counts['infer']} (both sides run up to their final norm)"]})
     elif diff:
         out.append({"hypothesis": hyp, "status": HypothesisStatus.CONFIRMED, "values": cv,
-                    "evidence": [f"model configs not equivalent: {c['text']}" for c in diff] + _rope_rows(rows, diff)})
+                    "evidence": [c["text"] for c in diff] + _rope_rows(rows, diff)})
     elif cmp and not shape_bad and cv and unchecked:
         out.append({"hypothesis": hyp, "status": HypothesisStatus.EVIDENCE_MISSING, "values": cv,
                     "evidence": [f"evidence_missing: {len(cv) - len(unchecked)} of {len(cv)} configuration values "

@@ -104,6 +104,11 @@ def verdict(an: Analysis, logprob: Optional[dict]) -> None:
     else:
         an.verdict, an.consistency = Verdict.EXACT, Consistency.BITWISE
         an.verdict_reason = "every boundary is bitwise EXACT"
+    causes = [h for h in an.hypotheses if h.get("status") == "confirmed"
+              and h["hypothesis"] in ("weights not in sync", "model configs not equivalent")]
+    if causes and an.verdict == Verdict.NONZERO:   # the cause the values name, beside the points it explains
+        an.verdict_reason += "; confirmed by value: " + "; ".join(
+            f"{h['hypothesis']} — {h['evidence'][0]}" for h in causes)
     if logprob is not None:
         lp = check_logprob(logprob)
         issues = logprob_findings(lp, compared)
