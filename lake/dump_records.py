@@ -134,7 +134,7 @@ BoundaryRow = TypedDict("BoundaryRow", {
     "logic_rows_count": Optional[int], "logic_cols": Optional[List[int]], "logic_cols_count": Optional[int],
     "row_tensor_ulp": Optional[List[float]], "cosine": Optional[float], "risk": Optional[str],
     "downcast": Optional[Any], "precision_downgrade": Optional[bool], "constant_rows": Optional[Any],
-    "quant_error": Optional[Dict[str, Any]],
+    "quant_error": Optional[Dict[str, Any]], "equality_rate": Optional[float],
 })
 
 # one link of an amplification chain: a boundary after the first divergence and its growth
@@ -219,8 +219,14 @@ class ReportSource(TypedDict):
     boundaries: List[BoundaryRow]
     # "<boundary>@<round>" of each diverging boundary
     diverging: List[str]
-    # {boundary, status, reason, mismatch_count, pattern} per weight boundary
+    # {boundary, status, reason, mismatch_count, pattern, via_op} per weight boundary
     weights: List[Dict[str, Any]]
+    # optional boundaries of the map this model does not have ({boundary, layer, reason})
+    not_applicable: List[Dict[str, Any]]
+    # msprobe L1 (API-level) dumps: aligned API calls and their statistics (tilake.diagnosis.api_sequence)
+    api_sequence: Optional[Dict[str, Any]]
+    # named pitfalls of real runs checked on values ({id, name, status, evidence, fix})
+    pitfalls: List[Dict[str, Any]]
     limitations: List[str]
 
 
