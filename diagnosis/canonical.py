@@ -119,21 +119,17 @@ def open_step(dirs: Sequence[Path], side: str, layer_pattern: Optional[str] = No
     return join_pp(merged, side, layer_pattern)
 
 
-P2P_APIS = ("Distributed.isend", "Distributed.irecv", "Distributed.send", "Distributed.recv",
-            "Distributed.batch_isend_irecv", "Distributed.P2POp")
-
-
 def _split_alike_stages(stages: List[List[DumpSide]], side: str, dirs: Sequence[Path]) -> List[List[DumpSide]]:
     """Pipeline stages that dump the same module names (one layer per stage: every middle stage names its
     layer ``layers.0``) split out of a group that only *looks* like one TP group.
 
-    The TP degree is the smallest group's size ``t``; a group of ``k·t`` alike ranks that send/recv
-    activations (msprobe ``Distributed.isend/irecv/send/recv`` entries) is ``k`` stages of ``t`` ranks each,
-    in rank order (Megatron numbers pipeline stages by rank). Names never decide the order.
+    The TP degree is uniform across stages, so it is the smallest group's size ``t``; a group of ``k·t`` alike
+    ranks is ``k`` stages of ``t`` ranks each, in rank order (Megatron numbers pipeline stages by rank). Names
+    never decide the order; the ranks' send/recv calls (msprobe ``Distributed.isend/irecv/send/recv``), when
+    dumped, confirm them as stages (:func:`tilake.diagnosis.canonical_parallel.join_pp` says how many).
 
     Raises:
-        TilakeError: group sizes that are not multiples of the smallest, or alike ranks without any
-            send/recv call (then nothing shows they are pipeline stages).
+        TilakeError: group sizes that are not multiples of the smallest (not a TP×PP layout).
     """
     t = min(len(g) for g in stages)
     out: List[List[DumpSide]] = []
@@ -141,10 +137,6 @@ def _split_alike_stages(stages: List[List[DumpSide]], side: str, dirs: Sequence[
         if len(g) % t:
             raise TilakeError(f"{side}: {sum(len(x) for x in stages)} ranks form stages of different sizes "
                               f"({', '.join(str(len(x)) for x in stages)} ranks): not a TP×PP layout",
-                              path=dirs[0].parent)
-        if len(g) > t and not all(any((r.api_name(e) or "").startswith(P2P_APIS) for e in r.entries) for r in g):
-            raise TilakeError(f"{side}: {len(g)} ranks dump the same modules but the other stages hold {t}: not a "
-                              "TP×PP layout, and no send/recv call shows them to be pipeline stages",
                               path=dirs[0].parent)
         ranked = sorted(g, key=lambda r: r.rank or 0)
         out.extend(ranked[i:i + t] for i in range(0, len(ranked), t))
