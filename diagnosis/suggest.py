@@ -6,12 +6,14 @@ when it resolves more boundaries on both sides than the map used.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from tilake.diagnosis import selectors as S
 from tilake.errors import TilakeError
 from tilake.ingest.msprobe.reader import DumpSide
+from tilake.lake.dump_records import Pairing
 from tilake.models.boundary_maps import SIDES, expand, list_maps, load_map
 from tilake.vocab import NOT_COMPARED, SKIPPED, ExitCode
 
@@ -66,7 +68,20 @@ def _detects(bmap: dict, dumps: Dict[str, DumpSide]) -> bool:
     return True
 
 
-def choose_map(train: Path, infer: Path, pairing: Optional[dict] = None) -> Tuple[str, List[dict]]:
+@dataclass(frozen=True)
+class MapScore:
+    """How well one shipped map fits a pair of dumps (:func:`choose_map`)."""
+
+    map: str
+    # boundaries (layers expanded, optional ones left out) resolving on both sides / all of them
+    resolvable: int
+    total: int
+    # the map's ``detect`` module is present
+    detected: bool
+    score: float
+
+
+def choose_map(train: Path, infer: Path, pairing: Optional[Pairing] = None) -> Tuple[str, List[MapScore]]:
     """``--map auto``: the shipped map whose boundaries resolve best on both dumps (names only, no tensor).
 
     Score = share of the map's boundaries (layers expanded) that resolve on both sides, plus 0.5 when its
@@ -74,14 +89,15 @@ def choose_map(train: Path, infer: Path, pairing: Optional[dict] = None) -> Tupl
     go to :data:`DEFAULT_MAP`, then to the name order.
 
     Returns:
-        (map name, ``[{"map", "resolvable", "total", "detected", "score"}]`` best first).
+        (map name, :class:`MapScore` of every shipped map, best first).
     Raises:
         TilakeError: the dumps cannot be opened (as :func:`tilake.diagnosis.steps.open_sides`).
     """
     from tilake.diagnosis.steps import open_sides
 
     maps = {p.stem: load_map(str(p)) for p in list_maps()}
-    dumps, _rec = open_sides(Path(train), Path(infer), maps.get(DEFAULT_MAP) or next(iter(maps.values())), pairing)
+    dumps, _rec = open_sides(Path(train), Path(infer), maps.get(DEFAULT_MAP) or next(iter(maps.values())),
+                             dict(pairing or {}))
     scores = []
     for name, bmap in maps.items():
         try:
@@ -90,10 +106,9 @@ def choose_map(train: Path, infer: Path, pairing: Optional[dict] = None) -> Tupl
             continue
         total = max(1, _expanded(bmap, dumps))
         det = _detects(bmap, dumps)
-        scores.append({"map": name, "resolvable": n, "total": total, "detected": det,
-                       "score": round(n / total + (0.5 if det else 0.0), 6)})
-    scores.sort(key=lambda x: (-x["score"], x["map"] != DEFAULT_MAP, x["map"]))
-    return (scores[0]["map"] if scores else DEFAULT_MAP), scores
+        scores.append(MapScore(name, n, total, det, round(n / total + (0.5 if det else 0.0), 6)))
+    scores.sort(key=lambda x: (-x.score, x.map != DEFAULT_MAP, x.map))
+    return (scores[0].map if scores else DEFAULT_MAP), scores
 
 
 def _expanded(bmap: dict, dumps: Dict[str, DumpSide]) -> int:

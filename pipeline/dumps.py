@@ -167,9 +167,8 @@ def resolve_map(map_name: str, train: Path, infer: Path, pairing: Optional[Pairi
         return M.load_map(map_name), None
     from tilake.diagnosis.suggest import choose_map
 
-    name, scores = choose_map(train, infer, dict(pairing or {}))
-    top = ", ".join(f"{x['map']} {x['resolvable']}/{x['total']}{' (detected)' if x['detected'] else ''}"
-                    for x in scores[:3])
+    name, scores = choose_map(train, infer, pairing)
+    top = ", ".join(f"{x.map} {x.resolvable}/{x.total}{' (detected)' if x.detected else ''}" for x in scores[:3])
     return M.load_map(name), (f"boundary map chosen by --map auto: {name} (boundaries resolving on both dumps: "
                               f"{top}; pass --map NAME to force one)")
 

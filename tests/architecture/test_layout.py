@@ -2,22 +2,22 @@
 
 * import contracts (import-linter, ``[tool.importlinter]`` in ``pyproject.toml``): each room imports
   only downward, reports never import ingest/diagnosis code, no import cycles between siblings;
-* no Python file over 500 lines (tests and benchmarks included; generated files excepted).
+* files sized by subject, not by a line cap: a file over 1,000 lines is named as a warning (split it when a
+  second subject has grown inside it); over 2,000 lines fails.
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_LINES = 500
-# files still waiting for their split (each entry names a file over the limit today; the test
-# fails when a listed file is back under the limit, so the list only shrinks)
-PENDING_SPLIT: set = set()
+WARN_LINES = 1000
+MAX_LINES = 2000
 
 
 def _python_files():
@@ -28,14 +28,12 @@ def _python_files():
     return [f for f in out.stdout.split() if (REPO / f).is_file()]
 
 
-def test_no_python_file_over_500_lines():
-    long = {}
-    for f in _python_files():
-        n = len((REPO / f).read_text(encoding="utf-8").splitlines())
-        if n > MAX_LINES:
-            long[f] = n
-    assert {f: n for f, n in long.items() if f not in PENDING_SPLIT} == {}
-    assert sorted(PENDING_SPLIT - set(long)) == [], "split done: remove it from PENDING_SPLIT"
+def test_files_are_sized_by_subject():
+    sizes = {f: len((REPO / f).read_text(encoding="utf-8").splitlines()) for f in _python_files()}
+    big = {f: n for f, n in sizes.items() if n > WARN_LINES}
+    if big:
+        warnings.warn(f"files over {WARN_LINES} lines (split by subject when they hold two): {big}", stacklevel=1)
+    assert {f: n for f, n in big.items() if n > MAX_LINES} == {}
 
 
 def test_import_contracts():
