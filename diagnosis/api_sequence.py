@@ -45,6 +45,9 @@ from tilake.diagnosis.numerics import FLOAT_FORMATS, ulp_of
 from tilake.ingest.msprobe.reader import DumpSide
 
 ROUNDING_ULP = 4.0   # a statistic off by at most this many ULPs of the tensor dtype is rounding-like
+# ... or by at most this share of the tensor's scale (max |Max|, |Min|): 4 bf16 ULPs, so a float32 statistic of
+# a model computing in bf16 is not called logic-like for its upstream rounding
+ROUNDING_REL = 4 * 2.0 ** -8
 STATS = ("Max", "Min", "Mean", "Norm")
 LIMITS = ("equal statistics do not prove equal tensors (permuted or compensating errors keep Max/Min/Mean/Norm)",
           "a difference below the reduction tolerance (float32 reduction noise) is invisible",
@@ -153,6 +156,8 @@ def compare_stats(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
     # dtype is the statistic's own rounding; two when a side's figure was merged from rounded shard figures
     own = 2.0 if (a.get("merge") or b.get("merge")) else 1.0
     worst, worst_ulp, over = None, 0.0, []
+    absmax = max([abs(float(v)) for k in ("Max", "Min") if k in vals for v in vals[k]] or [0.0])
+    worst_rel = 0.0
     for k, (x, y) in vals.items():
         x, y = float(x), float(y)
         if not (math.isfinite(x) and math.isfinite(y)):
@@ -171,16 +176,18 @@ def compare_stats(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
         elif d == 0:
             continue
         u = d / ulp_of(scale, dt) if dt is not None else d / max(scale, 1e-30) / 2 ** -23
+        worst_rel = max(worst_rel, d / absmax if absmax else math.inf)
         over.append(k)
         if u > worst_ulp:
             worst, worst_ulp = k, u
     if not over:
-        return {"status": "equal", "ulp": 0.0, "worst": None,
+        return {"status": "equal", "ulp": 0.0, "rel": 0.0, "worst": None,
                 "text": f"Max/Min equal, Mean/Norm within the reduction tolerance {tol:.2g} relative (or the "
                         "statistic's own dtype rounding)"}
     txt = ", ".join(f"{k} {float(vals[k][0]):.6g} vs {float(vals[k][1]):.6g}" for k in over)
-    return {"status": "differs", "ulp": worst_ulp, "worst": worst,
-            "text": f"{txt} ({worst_ulp:.3g} ULP of {str(a.get('dtype')).replace('torch.', '')} at most)"}
+    return {"status": "differs", "ulp": worst_ulp, "rel": worst_rel, "worst": worst,
+            "text": f"{txt} ({worst_ulp:.3g} ULP of {str(a.get('dtype')).replace('torch.', '')} at most; "
+                    f"{worst_rel:.2g} of the tensor scale)"}
 
 
 def _io_equal(xs: List[Dict[str, Any]], ys: List[Dict[str, Any]]) -> Optional[bool]:
@@ -263,7 +270,8 @@ def analyze_api_sequence(dumps: Dict[str, DumpSide]) -> Dict[str, Any]:
         rows.append({"train": a.entry, "infer": b.entry, "relation": g.relation, "status": out["status"],
                      "ulp": out["ulp"], "text": out["text"], "inputs_equal": inp,
                      "class": (None if out["status"] != "differs" else
-                               "rounding-like" if (out["ulp"] or 0) <= ROUNDING_ULP else "logic-like"),
+                               "rounding-like" if (out["ulp"] or 0) <= ROUNDING_ULP
+                               or (out.get("rel") or 0) <= ROUNDING_REL else "logic-like"),
                      "train_pos": a.pos, "infer_pos": b.pos})
     first = None
     for r in rows:
@@ -301,8 +309,10 @@ def analyze_api_sequence(dumps: Dict[str, DumpSide]) -> Dict[str, Any]:
                 f"statistics or different sizes; {unaligned['train']} train / {unaligned['infer']} infer calls only "
                 "on one side): no divergence visible in statistics — which does not prove the tensors equal")
     else:
+        where = ("" if first["inputs_equal"] else "; its inputs already differ: the sides parted in calls one of them "
+                 "does not dump (a fused or custom kernel) or below the statistics' resolution")
         text = (f"first API whose statistics differ beyond the reduction tolerance: {first['train']} ↔ "
-                f"{first['infer']} ({first['text']}; {first['class']}); {len(points)} independent point(s)")
+                f"{first['infer']} ({first['text']}; {first['class']}{where}); {len(points)} independent point(s)")
     return {"status": "found" if first else "none", "calls": {s: len(v) for s, v in seq.items()},
             "aligned": len(rows), "unaligned": unaligned, "rows": rows, "first_divergence": first,
             "points": points, "limits": list(LIMITS), "text": text}
