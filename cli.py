@@ -367,6 +367,19 @@ def trend_cmd(metric, by, x, out_dir, output, no_chart, fail_if, list_only, lake
     if check is not None:
         sys.exit(int(check.exit_code))
 
+@main.command("mcp")
+@LAKE_OPTION
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The only folder (besides --lake) the tools write into; each tool's `out` is a folder below it. "
+                   "Without it, tools that write reports refuse.")
+def mcp_cmd(lake_path, out_dir) -> None:
+    """Model Context Protocol server over stdio for agents: tools wrapping scan --dry-run, run, dumps analyze,
+    dumps gate, read-only sql, runs, trend and explain (docs/agent.md; needs pip install '.[mcp]')."""
+    from tilake.agent.server import serve
+
+    serve(_lake(lake_path).root, out_dir)
+
+
 main.add_command(dumps_group)   # `tilake dumps …` (cli_dumps.py)
 __import__("tilake.cli_fleet").cli_fleet.install(main)  # --ray on ingest/run/scan, `runs compact`: docs/fleet.md
 if __name__ == "__main__":  # pragma: no cover

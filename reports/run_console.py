@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TypedDict
 
 from tilake.lake.registry import KNOWN_TOOLS, RunListing
 from tilake.reports.captures import ingest_capture_rows, steps_counted
@@ -132,8 +132,24 @@ def finish(res, lake: Path, as_json: bool = False, example: bool = False) -> int
     return exit_status(res)
 
 
-def run_summary_json(res, lake_root) -> dict:
-    """The summary of ``tilake run``/``example`` as a dict (what :func:`print_run_summary` shows, and every output)."""
+class RunSummary(TypedDict):
+    """The ``--json`` document of ``tilake run``/``example`` (and the ``run_profile`` tool of ``tilake mcp``)."""
+
+    run_id: str
+    lake: Any            # the lake folder (a path; text in JSON)
+    status: str          # ok | host_fallback | evidence_missing
+    exit_status: int
+    grade_counts: Dict[str, int]
+    one_side_only: Dict[str, int]
+    evidence: Dict[str, str]
+    kernels: int
+    warnings: List[str]
+    outputs: Dict[str, Any]   # name → path, runtime_ops → list of paths
+    profiler_steps: Dict[str, str]
+
+
+def run_summary_json(res, lake_root) -> RunSummary:
+    """The summary of ``tilake run``/``example`` (what :func:`print_run_summary` shows, and every output)."""
     outputs = {"report": res.report_path, "csv": res.csv_path, "chart": res.chart_path,
                "runtime_ops": list(res.runtime_ops), **res.outputs}
     return {"run_id": res.run_id, "lake": lake_root, "status": res.status, "exit_status": exit_status(res),

@@ -37,6 +37,7 @@ def _bad_inputs(tmp):
         (["sql", "select 1", "--format", "csv", "--lake", str(nolake)], "no warehouse yet"),
         (["dbt", "--lake", str(nolake), "--", "ls"], "no lake here"),
         (["trend", "--metric", "nosuch", "--lake", str(nolake)], "unknown trend 'nosuch'"),
+        (["mcp", "--lake", str(lake), "--out", str(afile)], "is a file"),
     ]
 
 
