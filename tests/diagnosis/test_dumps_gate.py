@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import duckdb
 import msprobe_writer as G  # noqa: E402
@@ -181,10 +180,13 @@ def test_trend_fail_if_fails_a_ci_job_when_the_gate_regresses(one_ulp):
     assert "regressed: all runs: gate_blocking 0 → 1 (g-pass → g-fail)" in r.stdout
     assert "--fail-if regress: 1 of 1 series regressed" in r.stdout
     assert (out / "trend_gate_blocking_by_none.png").is_file()
-    with CliRunner().isolated_filesystem(temp_dir=tmp) as cwd:   # no --out/--output: no chart file anywhere
+    cwd = tmp / "cwd"
+    cwd.mkdir()
+    with pytest.MonkeyPatch.context() as mp:   # no --out/--output: no chart file anywhere
+        mp.chdir(cwd)
         r = CliRunner().invoke(main, trend)
         assert r.exit_code == 0 and "chart: not written (give --out DIR or --output FILE)" in r.stderr
-        assert list(Path(cwd).iterdir()) == []
+        assert list(cwd.iterdir()) == []
     r = CliRunner().invoke(main, trend + ["--fail-if", "decrease", "--json"])
     doc = json.loads(r.stdout)
     assert r.exit_code == 0 and doc["chart"] is None and doc["fail_if"]["exit_code"] == 0
