@@ -70,7 +70,7 @@ def _usage_line(exc: click.UsageError, where: str = "tilake") -> None:
     sys.exit(2)
 
 
-@click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison; 2 bad input or a stopped step "
+@click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison, a dumps gate or trend --fail-if failed; 2 bad input or a stopped step "
              "(one 'error:' line); 3 outputs written, nothing comparable (evidence_missing).")
 @click.version_option(package_name="tilake")
 def main() -> None:
@@ -321,16 +321,20 @@ def sql_cmd(query, fmt, output, max_rows, allow_external_access, params, lake_pa
               help="Series: none, model_family, model_id, host, train_backend, infer_backend, kind, tool:<name>, tag:<key>, setting:<name> (a recorded switch), or several joined by commas.")
 @click.option("--x", "x", type=click.Choice(["run", "step", "created_at"]), default="run", show_default=True,
               help="x axis: registration order, training step or registration time.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for the chart trend_<metric>_by_<by>.png (without --out or --output no chart file is written).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Chart path: .png, or .html for a page with the chart and its points "
-                   "(default trend_<metric>_by_<by>.png in the current folder).")
+              help="Chart path: .png, or .html for a page with the chart and its points.")
 @click.option("--no-chart", is_flag=True, help="Only print the table and sparklines.")
+@click.option("--fail-if", "fail_if", type=click.Choice(["regress", "increase", "decrease", "change"]), default=None,
+              help="CI check: exit 1 when a series' last point moved this way against the previous one (regress: "
+                   "the trend's worse direction); exit 3 when no series has two points.")
 @click.option("--list", "list_only", is_flag=True, help="List the named trends.")
 @LAKE_OPTION
 @JSON_OPTION
-def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) -> None:
+def trend_cmd(metric, by, x, out_dir, output, no_chart, fail_if, list_only, lake_path, as_json) -> None:
     """A named trend across runs as a table with sparklines and a PNG line chart."""
-    from tilake.pipeline.trend import list_trends, trend_command
+    from tilake.pipeline.trend import check_regression, list_trends, trend_command
     from tilake.reports.trends import print_trend
 
     if as_json and list_only:
@@ -342,16 +346,39 @@ def trend_cmd(metric, by, x, output, no_chart, list_only, lake_path, as_json) ->
         if not list_only:
             raise TilakeError("give --metric NAME (one of the trends above)")
         return
-    res, chart = trend_command(_lake(lake_path), metric, by=by, x=x, output=output, chart=not no_chart)
+    res, chart = trend_command(_lake(lake_path), metric, by=by, x=x, output=output, chart=not no_chart,
+                               out_dir=out_dir)
+    check = check_regression(res, fail_if) if fail_if else None
     if as_json:
         emit_json({"metric": metric, "title": res.trend.title, "unit": res.trend.unit, "by": by, "x": x,
                     "chart": chart, "series": [{"label": se.label, "points": [
                         {"x": p[0], "value": p[1], "runs": p[2], "last_run_id": p[3]} for p in se.points]}
-                        for se in res.series]})
-        return
-    print_trend(res)
-    if chart is not None:
-        click.echo(f"chart: {chart}")
+                        for se in res.series],
+                    **({"fail_if": {"check": fail_if, "lines": check.lines, "exit_code": int(check.exit_code)}}
+                       if check else {})})
+    else:
+        print_trend(res)
+        if chart is not None:
+            click.echo(f"chart: {chart}")
+        elif not no_chart and res.series:
+            click.echo("chart: not written (give --out DIR or --output FILE)", err=True)
+        for line in (check.lines if check else []):
+            click.echo(line)
+    if check is not None:
+        sys.exit(int(check.exit_code))
+
+@main.command("mcp")
+@LAKE_OPTION
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The only folder (besides --lake) the tools write into; each tool's `out` is a folder below it. "
+                   "Without it, tools that write reports refuse.")
+def mcp_cmd(lake_path, out_dir) -> None:
+    """Model Context Protocol server over stdio for agents: tools wrapping scan --dry-run, run, dumps analyze,
+    dumps gate, read-only sql, runs, trend and explain (docs/agent.md; needs pip install '.[mcp]')."""
+    from tilake.agent.server import serve
+
+    serve(_lake(lake_path).root, out_dir)
+
 
 main.add_command(dumps_group)   # `tilake dumps …` (cli_dumps.py)
 __import__("tilake.cli_fleet").cli_fleet.install(main)  # --ray on ingest/run/scan, `runs compact`: docs/fleet.md

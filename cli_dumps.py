@@ -65,6 +65,44 @@ def dumps_analyze(train, infer, map_name, out_dir, rounds, card, request_index, 
     sys.exit(res.exit_code or 0)
 
 
+@dumps_group.command("gate")
+@click.argument("train", type=click.Path(path_type=Path))
+@click.argument("infer", type=click.Path(path_type=Path))
+@click.option("--map", "map_name", default="auto", show_default=True,
+              help="Boundary map (models/<name>.yaml or a path); auto: the shipped map whose boundaries resolve best.")
+@click.option("--budget", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="ULP budget (YAML/JSON): boundary name or glob → max ULP per element, or {max_elem_ulp, tensor_ulp}; "
+                   "default: every mapped boundary bitwise equal.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the analysis' outputs (report_source.json, reports) and gate.json here.")
+@click.option("--card", "card", multiple=True, type=KeyValue(numbers=True), help="Task-card fact key=value.")
+@click.option("--request-index", type=int, default=None, help="Row of the request in a batched inference tensor.")
+@click.option("--request-tokens", type=TokenRange(), default=None, help="START:END rows of the request in a token-major inference batch.")
+@click.option("--cu-seqlens", type=IntList(), default=None, help="Packed-sequence boundaries, e.g. 0,5,13.")
+@click.option("--run-id", type=RUN_ID, default=None, help="Record the analysis and the gate in the lake under this run id.")
+@LAKE_OPTION
+@click.option("--build/--no-build", default=False, help="Build the dump marts (fct_dump_gates) after writing the lake.")
+@JSON_OPTION
+def dumps_gate(train, infer, map_name, budget, out_dir, card, request_index, request_tokens, cu_seqlens, run_id,
+               lake_path, build, as_json) -> None:
+    """CI gate for "true on-policy" RL: exit 0 only when every mapped boundary of TRAIN vs INFER is
+    bitwise equal (or within --budget), else exit 1 with the first failing boundary in one line.
+
+    Mapped boundaries that could not be compared make it fail too (never a pass on missing evidence)."""
+    from tilake.pipeline.gate import run_gate
+
+    res = run_gate(train, infer, map_name=map_name, budget=budget, out_dir=out_dir, lake_path=lake_path,
+                   run_id=run_id, build=build, card=dict(card), request_index=request_index,
+                   request_tokens=request_tokens, cu_seqlens=cu_seqlens, show_progress=not as_json)
+    if as_json:
+        emit_json(res.to_dict())
+    else:
+        click.echo(res.line)
+        for note in res.notes:
+            click.echo(f"note: {note}", err=True)
+    sys.exit(res.exit_code)
+
+
 @dumps_group.command("stub-prepare")
 @click.option("--train", type=click.Path(path_type=Path), required=True, help="Training-side dump (source or target).")
 @click.option("--infer", type=click.Path(path_type=Path), required=True, help="Inference-side dump.")

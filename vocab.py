@@ -131,6 +131,26 @@ class Verdict(Word):
     NOT_RUN = "not_run"
 
 
+class GateOutcome(Word):
+    """Outcome of ``tilake dumps gate`` (``dump_gates.outcome``): every mapped boundary bitwise equal or
+    within its ULP budget; a boundary differs beyond it; or no value difference but some mapped
+    boundary could not be compared (never a pass on missing evidence)."""
+    PASS = "pass"
+    FAIL = "fail"
+    EVIDENCE_MISSING = EVIDENCE_MISSING
+
+
+class GateCheck(Word):
+    """How one boundary fared in the gate (``dump_gates.failures[].check``): bitwise equal, within its
+    ULP budget, beyond it (or not bitwise comparable), not compared, or not mapped by the map (a side
+    the map deliberately leaves out, with the map's reason)."""
+    EQUAL = "equal"
+    WITHIN_BUDGET = "within_budget"
+    FAIL = "fail"
+    NOT_COMPARED = "not_compared"
+    NOT_MAPPED = "not_mapped"
+
+
 class Consistency(Word):
     """What the verdict says about train vs inference (``report_source.json`` ``consistency``)."""
     BITWISE = "bitwise"
@@ -170,6 +190,9 @@ class ExitCode(IntEnum):
     """Done; findings are in the outputs, not the status."""
     SCAN_SKIPPED = 1
     """``tilake scan`` ran the job but skipped the comparison (the report says why)."""
+    CHECK_FAILED = 1
+    """A CI check failed: ``tilake dumps gate`` (a mapped boundary differs or was not compared) or
+    ``tilake trend --fail-if`` (a series regressed). The same status as :attr:`SCAN_SKIPPED` (an alias)."""
     BAD_INPUT = 2
     """Bad input or a stopped step: one ``error:`` line on stderr."""
     EVIDENCE_MISSING = 3

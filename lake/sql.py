@@ -200,12 +200,14 @@ def _bind(text: str, params: Optional[dict]) -> dict:
 
 
 def query(lake: Lake, sql: str, allow_external_access: bool = False,
-          params: Optional[Dict[str, str]] = None) -> Tuple[List[str], List[tuple]]:
+          params: Optional[Dict[str, str]] = None, max_rows: Optional[int] = None) -> Tuple[List[str], List[tuple]]:
     """Run a read-only query; returns ``(column names, rows)`` of the last statement.
 
     Args:
         allow_external_access: let the query read files outside the lake (see :func:`open_readonly`).
         params: values of the query's ``$name`` parameters (``{"run_id": "R"}`` for the named queries).
+        max_rows: fetch at most ``max_rows + 1`` rows (one more than asked tells the caller there were more);
+            None: every row.
     Raises:
         TilakeError: see :func:`open_readonly` / :func:`check_statements`; a DuckDB error while
             binding or running (its message on one line).
@@ -218,7 +220,9 @@ def query(lake: Lake, sql: str, allow_external_access: bool = False,
             for st in stmts:
                 cur = con.execute(st.query, _bind(st.query, params))
             cols = [d[0] for d in cur.description] if cur.description else []
-            return cols, cur.fetchall() if cols else []
+            if not cols:
+                return cols, []
+            return cols, cur.fetchall() if max_rows is None else cur.fetchmany(max_rows + 1)
         except duckdb.Error as exc:
             raise TilakeError(duckdb_error_line(exc)) from exc
     finally:

@@ -23,6 +23,7 @@ from tilake.files import atomic_write_json
 from tilake.lake.dump_records import DumpJoin, DumpPoint, DumpSummary, Pairing, ProbeReport, TaskCard
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
+from tilake.models.boundary_maps import BoundaryMap
 from tilake.progress import label_callback
 from tilake.reports.progress_console import steps_bar
 
@@ -69,6 +70,52 @@ def profile_join(lake: Lake, run_id: str) -> DumpJoin:
         return dump_join_facts(con, run_id)
 
 
+def pairing_of(request_index: Optional[int] = None, request_tokens: Optional[Tuple[int, int]] = None,
+               cu_seqlens: Optional[Sequence[int]] = None) -> Pairing:
+    """The request pairing of ``--request-index`` / ``--request-tokens START:END`` / ``--cu-seqlens``.
+
+    Raises:
+        TilakeError: END not after START.
+    """
+    pairing: Pairing = {}
+    if request_index is not None:
+        pairing["request_index"] = int(request_index)
+    if request_tokens and int(request_tokens[1]) <= int(request_tokens[0]):
+        raise TilakeError(f"--request-tokens {request_tokens[0]}:{request_tokens[1]}: END must be after START")
+    if request_tokens:
+        pairing["request_tokens"] = [int(request_tokens[0]), int(request_tokens[1])]
+    if cu_seqlens:
+        pairing["cu_seqlens"] = [int(x) for x in cu_seqlens]
+    return pairing
+
+
+def task_card_of(rin: "A.RoundInput", bmap: BoundaryMap, pairing: Pairing,
+                 facts: Optional[Mapping[str, Union[str, int, float]]] = None) -> TaskCard:
+    """The task card of round 0's pair (``--card`` facts over what the dumps say) with what
+    canonicalisation did per side (TP merge / PP join / token selection).
+
+    Raises:
+        TilakeError: unreadable dumps (:class:`tilake.diagnosis.pair.Pair`).
+    """
+    pair0 = A.Pair(rin.train, rin.infer, bmap, pairing)
+    card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], dict(facts or {}))
+    card["canonical"] = list(pair0.canonical)
+    return card
+
+
+def observe(card: TaskCard, an: "A.Analysis") -> None:
+    """Add ``observed`` to the task card (in place): token rows per side (dim 0 of the first read
+    boundary after the map's transforms) and layers per side, ``unknown`` when nothing was read."""
+    first = next((r for r in an.boundary_rows if r["round"] == 0 and r.get("train_shape")), None)
+    card["observed"] = {
+        "token_rows": ({s: (first.get(f"{s}_shape") or [None])[0] for s in ("train", "infer")} if first
+                       else UNKNOWN),
+        "source": (f"dim 0 of boundary {first['boundary']} after the map's transforms" if first else
+                   "no boundary could be read"),
+        "layers": {s: an.sides.get(s, {}).get("layers", UNKNOWN) for s in ("train", "infer")},
+    }
+
+
 def run_probe(train: Optional[Path], infer: Optional[Path], out: Optional[Path] = None) -> ProbeReport:
     """Probe the given sides; writes JSON to ``out`` when given. Returns the :class:`ProbeReport`."""
     from tilake.ingest.msprobe.probe import probe
@@ -102,21 +149,11 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
     """
     if build and not run_id:
         raise TilakeError("--build needs --run-id (the marts are built from the lake)")
-    pairing: Pairing = {}
-    if request_index is not None:
-        pairing["request_index"] = int(request_index)
-    if request_tokens and int(request_tokens[1]) <= int(request_tokens[0]):
-        raise TilakeError(f"--request-tokens {request_tokens[0]}:{request_tokens[1]}: END must be after START")
-    if request_tokens:
-        pairing["request_tokens"] = [int(request_tokens[0]), int(request_tokens[1])]
-    if cu_seqlens:
-        pairing["cu_seqlens"] = [int(x) for x in cu_seqlens]
+    pairing = pairing_of(request_index, request_tokens, cu_seqlens)
     logprob = read_logprob(Path(logprob_json)) if logprob_json else None
     bmap, map_note = resolve_map(map_name, Path(train), Path(infer), pairing)
     rins = [A.RoundInput(Path(train), Path(infer))] + [A.RoundInput(Path(a), Path(b)) for a, b in rounds]
-    pair0 = A.Pair(rins[0].train, rins[0].infer, bmap, pairing)
-    card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], dict(card or {}))
-    card["canonical"] = list(pair0.canonical)   # TP merge / PP join / token selection per side
+    card = task_card_of(rins[0], bmap, pairing, card)
     lake = Lake(lake_path) if run_id else None
     with contextlib.ExitStack() as held:
         if lake is not None:   # first: a read-only or busy lake is said before the analysis, not after it
@@ -131,14 +168,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
                 from tilake.diagnosis.lake_rows import write_lake
 
                 written = write_lake(lake, run_id, an, rins, card, cb)
-        first = next((r for r in an.boundary_rows if r["round"] == 0 and r.get("train_shape")), None)
-        card["observed"] = {
-            "token_rows": ({s: (first.get(f"{s}_shape") or [None])[0] for s in ("train", "infer")} if first
-                           else UNKNOWN),
-            "source": (f"dim 0 of boundary {first['boundary']} after the map's transforms" if first else
-                       "no boundary could be read"),
-            "layers": {s: an.sides.get(s, {}).get("layers", UNKNOWN) for s in ("train", "infer")},
-        }
+        observe(card, an)
         res = build_swapped(lake, select=DUMP_MODELS) if build else None
         built = len(res.nodes) if res is not None else None
         join = profile_join(lake, run_id) if lake is not None and (res is None or res.success) else None

@@ -71,6 +71,8 @@ class ProfileResult:
     outputs: Dict[str, Path] = field(default_factory=dict)
     # one-side-only rows per "<grade>:train" / "<grade>:infer" (also in grade_counts): said "training only"
     one_side: Dict[str, int] = field(default_factory=dict)
+    # the report's verdict as plain lines (tilake.reports.op_diff_verdict.verdict_lines): printed first
+    verdict: List[str] = field(default_factory=list)
 
 
 UNCATEGORIZED_TEST = "tilake_is_empty_fct_uncategorized_kernels"
@@ -87,13 +89,17 @@ def warning_text(node: tuple) -> str:
     return f"dbt test {name}: {message}"
 
 
-def uncategorized_warning(rows: Sequence[Dict[str, Any]]) -> List[str]:
-    """The catalog warning for one reported run: ``rows`` are its fct_uncategorized_kernels rows."""
+def uncategorized_warning(rows: Sequence[Dict[str, Any]], captures: Sequence[Dict[str, Any]] = ()) -> List[str]:
+    """The catalog warning for one reported run: ``rows`` are its fct_uncategorized_kernels rows, ``captures``
+    its captures (their ``source_kind`` picks the seed file: :func:`tilake.reports.captures.catalog_hint`)."""
+    from tilake.reports.captures import catalog_hint
+
     if not rows:
         return []
     fb = sum(1 for r in rows if r.get("category_source") == "fallback")
+    kinds = {c.get("side"): c.get("source_kind") for c in captures}
     return [f"{len(rows)} kernel name(s) match no op_catalog entry ({fb} placed by the fallback by kernel-name "
-            "family / task type; listed in the report; extend dbt_project/seeds/op_catalog.csv)"]
+            f"family / task type; listed in the report): {catalog_hint([kinds.get(r.get('side')) for r in rows], 'en')}"]
 
 
 def default_run_id(source: Path) -> str:
@@ -277,7 +283,7 @@ def _finish_profile(lake: Lake, run_id: str, out_dir: Path, lang: str, ing: Inge
     ev = out["evidence"]
     status = (CaptureStatus.EVIDENCE_MISSING if Evidence.MISSING in ev.values()
               else CaptureStatus.HOST_FALLBACK if Evidence.HOST_FALLBACK in ev.values() else CaptureStatus.OK)
-    warnings = uncategorized_warning(out["facts"]["uncategorized"])   # this run only, not the lake
+    warnings = uncategorized_warning(out["facts"]["uncategorized"], out["facts"]["captures"])   # this run only
     warnings += [warning_text(n) for n in build.warnings if not n[0].startswith(UNCATEGORIZED_TEST)]
     warnings += [f"{c.capture.side} rank {c.capture.rank} ({c.capture.path}): {c.status} — {c.reason}"
                  for c in ing.captures if c.status != CaptureStatus.OK]   # identity notes live in the health reason
@@ -286,7 +292,8 @@ def _finish_profile(lake: Lake, run_id: str, out_dir: Path, lang: str, ing: Inge
         warnings.append(f"kernel alignment: {alignment['status']} — {alignment['reason']}")
     return ProfileResult(run_id, out["report"], out["csv"], out["runtime_ops"], out["chart"],
                          out["grade_counts"], ev, status, ing, warnings,
-                         {k: out[k] for k in ("html", "numeric_csv", "xlsx") if k in out}, out.get("one_side", {}))
+                         {k: out[k] for k in ("html", "numeric_csv", "xlsx") if k in out}, out.get("one_side", {}),
+                         out.get("verdict", []))
 
 
 # ---------------------------------------------------------------------------------- CLI commands

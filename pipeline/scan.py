@@ -93,6 +93,9 @@ class ScanResult:
     grade_counts: Dict[str, int] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
 
+    def to_json(self) -> Dict[str, Any]:   # the `tilake scan --format json` document (result_json)
+        return result_json(self)
+
 
 # ------------------------------------------------------------------------------ helpers
 def model_family(config: Dict[str, Any], script_dir: Path) -> tuple:

@@ -106,3 +106,27 @@ def ingest_capture_rows(captures: Iterable[Any]) -> List[Dict[str, Any]]:
                     and getattr(counts, "per_step", None) else None,
                     "steps_kept": getattr(r, "steps_kept", None), "role": getattr(r.capture, "role", "") or None})
     return out
+
+
+CATALOG_SEEDS = {"trace": "op_catalog_torch.csv", "db": "op_catalog.csv", "text": "op_catalog.csv"}
+"""The op catalog seed that names a capture's kernels, by ``source_kind``: PyTorch-profiler traces
+(CUDA kernels, aten CPU ops) are catalogued in ``op_catalog_torch.csv``, Ascend DBs and text exports
+(CANN op types) in ``op_catalog.csv`` (docs/rules.md)."""
+
+
+def catalog_hint(source_kinds: Iterable[Optional[str]], lang: str = "zh") -> str:
+    """Where to add kernels no op_catalog row names: the seed file of their captures' backend, in a rules folder.
+
+    ``source_kinds``: the ``source_kind`` of the capture of each uncatalogued kernel's side (``trace``: a
+    PyTorch-profiler trace; ``db``/``text``: Ascend; None: unknown, read as Ascend). Returns one sentence naming
+    ``--rules DIR`` and ``op_catalog_torch.csv`` and/or ``op_catalog.csv`` (the shipped file, whose header a new
+    row copies: ``dbt_project/seeds/<file>``).
+    """
+    files = sorted({CATALOG_SEEDS.get(k or "db", "op_catalog.csv") for k in source_kinds}) or ["op_catalog.csv"]
+    return label("catalog.hint", lang, files=" / ".join(files), shipped=", ".join(f"dbt_project/seeds/{f}" for f in files))
+
+
+def uncatalogued_kinds(uncategorized: Iterable[Dict[str, Any]], captures: Iterable[Dict[str, Any]]) -> List[Optional[str]]:
+    """The capture ``source_kind`` of each ``fct_uncategorized_kernels`` row's side (for :func:`catalog_hint`)."""
+    kinds = {c.get("side"): c.get("source_kind") for c in captures}
+    return [kinds.get(u.get("side")) for u in uncategorized]

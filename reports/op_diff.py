@@ -23,9 +23,11 @@ from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
 from tilake.lake.read import reading_file
 from tilake.reports.alignment import alignment_facts
-from tilake.reports.captures import invalid_text, steps_counted, steps_note
+from tilake.reports.captures import catalog_hint, invalid_text, steps_counted, steps_note, uncatalogued_kinds
 from tilake.reports.escape import csv_cell, markdown_env
 from tilake.reports.labels import grade_palette, label
+from tilake.reports.layer_picture import layer_pngs
+from tilake.reports.op_diff_verdict import op_diff_verdict, verdict_lines
 from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.tables import ONE_SIDE_LABEL, evidence_words, one_side, row_key
 from tilake.vocab import Evidence, Grade, grade_look, grade_looks
@@ -33,6 +35,9 @@ from tilake.vocab import Evidence, Grade, grade_look, grade_looks
 HERE = Path(__file__).resolve().parent
 QUERIES = HERE / "queries"
 TEMPLATES = HERE / "templates"
+
+COLLAPSE_AT = 20
+"""A Markdown list or table longer than this many rows is folded into a ``<details>`` block whose summary counts it."""
 
 CSV_HEADER = ["操作", "训练算子", "推理算子", "训练调用次数", "推理调用次数", "差异类型", "差异等级",
               "训练代码路径", "推理代码路径"]
@@ -290,9 +295,12 @@ def overview_figure(facts: Dict[str, Any]):
 
 
 def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str] = None,
-                    generated_at: Optional[str] = None) -> str:
-    """Render the seven-section report (Chinese by default, ``lang='en'`` for English).
+                    generated_at: Optional[str] = None, layer_png: Optional[Dict[int, str]] = None) -> str:
+    """Render the report (Chinese by default, ``lang='en'`` for English): the verdict on top
+    (:func:`tilake.reports.op_diff_verdict.op_diff_verdict`), then the seven sections of evidence.
 
+    ``layer_png``: layer → the file name of its side-by-side picture beside the report
+    (:func:`tilake.reports.layer_picture.layer_pngs`); a layer without one keeps only its table.
     Every value is escaped for Markdown (:func:`tilake.reports.escape.markdown_env`): names from
     the captures, model ids and paths cannot inject HTML or break a table row.
     """
@@ -324,6 +332,8 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
         parallel = None
     env.globals["metrics_text"] = lambda rows: metrics_text(rows, lang)
     return env.get_template("op_diff_report.md.j2").render(
+        verdict=op_diff_verdict(facts, lang), layer_png=layer_png or {}, collapse_at=COLLAPSE_AT,
+        catalog_hint=catalog_hint(uncatalogued_kinds(facts["uncategorized"], facts["captures"]), lang),
         settings=run_settings(rl), tools=run_tools(rl),
         lang=lang, f=facts, run=rl, by_side=by_side, stacks=stacks, counts=counts, chart=chart,
         ev={side: evidence_words(facts, side, lang) for side in ("train", "infer")},
@@ -357,6 +367,10 @@ class OpDiffOutputs(TypedDict):
     steps: Dict[str, str]
     # side → device | cpu_ops | host_fallback | evidence_missing
     evidence: Dict[str, str]
+    # the verdict on top of the report, as plain English lines (headline, one line per listed row)
+    verdict: List[str]
+    # layer_<n>_side_by_side.png written for the Markdown report
+    layer_pictures: List[Path]
 
 
 def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") -> OpDiffOutputs:
@@ -374,7 +388,8 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     facts = load_facts(warehouse, run_id)   # first: an unknown run creates no --out folder
     out_dir = check_out_dir(Path(out_dir))
     chart = overview_png(facts, out_dir / "op_diff_overview.png", lang)
-    md = render_markdown(facts, lang, chart.name if chart else None)
+    pictures = layer_pngs(facts.get("alignment"), out_dir)   # layer_<n>_side_by_side.png
+    md = render_markdown(facts, lang, chart.name if chart else None, layer_png=pictures)
     report = out_dir / "train_infer_op_diff_report.md"
     atomic_write_bytes(report, md.encode("utf-8"))
     csv_path = write_csv(facts, out_dir / "operator_diff_table.csv", lang)
@@ -403,4 +418,6 @@ def write_report(warehouse: Path, run_id: str, out_dir: Path, lang: str = "zh") 
     return {"report": report, "csv": csv_path, "runtime_ops": jsons, "chart": chart,
             "grade_counts": counts, "one_side": sides, "facts": facts, **extra,
             "steps": {s: steps_counted(facts["captures"], s, "en") for s in ("train", "infer")},
+            "verdict": verdict_lines(op_diff_verdict(facts, "en")),
+            "layer_pictures": [out_dir / n for n in pictures.values()],
             "evidence": {"train": facts["run"]["train_evidence"], "infer": facts["run"]["infer_evidence"]}}

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
 
 from tilake.files import atomic_write_bytes
-from tilake.reports.captures import invalid_text, steps_counted, steps_note
+from tilake.reports.captures import catalog_hint, invalid_text, steps_counted, steps_note, uncatalogued_kinds
 from tilake.reports.labels import label
+from tilake.reports.layer_picture import layer_svg
+from tilake.reports.op_diff_verdict import op_diff_verdict
 from tilake.reports.run_facts import metrics_text, run_settings, run_tools
 from tilake.reports.tables import evidence_words, grade_label, row_key, side_op_records
 
@@ -44,6 +47,8 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
     env.globals["grade_text"] = lambda g, side=None: grade_label(grades, g, lang, side)
+    # the grade's English words in capitals beside a zh label (HIGH, INFERENCE ONLY): readable without CJK fonts
+    env.globals["grade_word"] = lambda g, side=None: grade_label(grades, g, "en", side).split(" ", 1)[-1].upper()
     env.globals.update(steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
                        steps_note=lambda: steps_note(lang), words=lambda key: label(key, lang))
     side_ops = {}
@@ -61,7 +66,10 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
     except ValueError:
         parallel = None
     env.globals["metrics_text"] = lambda rows: metrics_text(rows, lang)
+    env.globals["layer_svg"] = lambda groups, li: Markup(layer_svg(groups, li, lang))   # escaped inside
     return env.get_template("op_diff_report.html.j2").render(
+        verdict=op_diff_verdict(facts, lang),
+        catalog_hint=catalog_hint(uncatalogued_kinds(facts["uncategorized"], facts["captures"]), lang),
         settings=run_settings(facts["run"]), tools=run_tools(facts["run"]), lang=lang, f=facts, run=facts["run"], rec=records, counts=counts, key_counts=key_counts,
         ev={side: evidence_words(facts, side, lang) for side in ("train", "infer")}, grade_keys=list(grades), by_side=by_side, side_ops=side_ops,
         stacks={(s["side"], s["op_type"]): s for s in facts["call_stacks"]},

@@ -8,10 +8,11 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TypedDict
 
 from tilake.lake.registry import KNOWN_TOOLS, RunListing
 from tilake.reports.captures import ingest_capture_rows, steps_counted
+from tilake.reports.labels import grade_palette
 from tilake.reports.tables import ONE_SIDE_LABEL
 from tilake.vocab import CaptureStatus, Evidence, ExitCode, Grade, grade_looks
 
@@ -65,12 +66,37 @@ def evidence_note(res, side: str) -> str:
     return f" (PyTorch profiler trace: {what})"
 
 
+TAG_STYLES = {look.label_en.upper(): grade_palette()[g]["chart"] for g, look in grade_looks().items()}
+"""Console colour of each grade word of the verdict (``[HIGH]`` …): the grade's chart colour (labels.yaml)."""
+
+
+def print_verdict(lines: List[str], console) -> None:
+    """The report's verdict first (:func:`tilake.reports.op_diff_verdict.verdict_lines`): the headline in bold,
+    then one line per listed row whose ``[HIGH]``-style grade word is coloured (the word reads without colour)."""
+    from rich.text import Text
+
+    if not lines:
+        return
+    console.print(Text("verdict: " + lines[0], style="bold"), soft_wrap=True)
+    for line in lines[1:]:
+        tag = line[1:line.index("]")] if line.startswith("[") and "]" in line else None
+        text = Text("  ")
+        if tag in TAG_STYLES:
+            text.append(f"[{tag}]", style=f"bold {TAG_STYLES[tag]}")
+            text.append(line[len(tag) + 2:])
+        else:
+            text.append(line)
+        console.print(text, soft_wrap=True)
+
+
 def print_run_summary(res, console=None, lake: Optional[Path] = None) -> None:
-    """One screen: rows per grade, evidence per side, the lake and where the outputs (chart included) are."""
+    """One screen: the verdict (:func:`print_verdict`), rows per grade, evidence per side, the lake and where the
+    outputs (chart included) are."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
+    print_verdict(getattr(res, "verdict", None) or [], console)
     console.print(f"run {res.run_id}: comparison rows per grade", soft_wrap=True, markup=False)
     table = Table()
     table.add_column("grade")
@@ -132,8 +158,25 @@ def finish(res, lake: Path, as_json: bool = False, example: bool = False) -> int
     return exit_status(res)
 
 
-def run_summary_json(res, lake_root) -> dict:
-    """The summary of ``tilake run``/``example`` as a dict (what :func:`print_run_summary` shows, and every output)."""
+class RunSummary(TypedDict):
+    """The ``--json`` document of ``tilake run``/``example`` (and the ``run_profile`` tool of ``tilake mcp``)."""
+
+    run_id: str
+    lake: Any            # the lake folder (a path; text in JSON)
+    status: str          # ok | host_fallback | evidence_missing
+    exit_status: int
+    grade_counts: Dict[str, int]
+    one_side_only: Dict[str, int]
+    evidence: Dict[str, str]
+    kernels: int
+    warnings: List[str]
+    outputs: Dict[str, Any]   # name → path, runtime_ops → list of paths
+    verdict: List[str]        # the report's verdict, plain English lines
+    profiler_steps: Dict[str, str]
+
+
+def run_summary_json(res, lake_root) -> RunSummary:
+    """The summary of ``tilake run``/``example`` (what :func:`print_run_summary` shows, and every output)."""
     outputs = {"report": res.report_path, "csv": res.csv_path, "chart": res.chart_path,
                "runtime_ops": list(res.runtime_ops), **res.outputs}
     return {"run_id": res.run_id, "lake": lake_root, "status": res.status, "exit_status": exit_status(res),
@@ -141,6 +184,7 @@ def run_summary_json(res, lake_root) -> dict:
             "one_side_only": {s: sum(n for k, n in (getattr(res, "one_side", None) or {}).items()
                                      if k.endswith(f":{s}")) for s in ("train", "infer")},
             "evidence": res.evidence, "kernels": res.ingest.kernels, "warnings": res.warnings, "outputs": outputs,
+            "verdict": list(getattr(res, "verdict", None) or []),
             "profiler_steps": {s: steps_counted(ingest_capture_rows(res.ingest.captures), s, "en")
                                for s in ("train", "infer")}}
 

@@ -69,9 +69,13 @@ def _words_width(cols: List[str], rows: List[tuple]) -> int:
 
 
 def print_result(cols: List[str], rows: List[tuple], max_rows: int = 200, console=None) -> None:
-    """Rich table of a query result (first ``max_rows`` rows; the count of the rest is printed). When the
-    console is too narrow for the table's longest words, the rows are printed in line mode
-    (:func:`print_lines`) instead of cutting words."""
+    """Rich table of a query result (first ``max_rows`` rows; the count of the rest is printed).
+
+    On a terminal too narrow for the table's longest words, the rows are printed in line mode
+    (:func:`print_lines`) instead of cutting words. Piped or redirected (``tilake sql … | less``, ``> out.txt``)
+    the output stays a table, drawn as wide as its longest words (nothing cut); ``--format line|csv|json``
+    chooses another shape.
+    """
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -81,11 +85,14 @@ def print_result(cols: List[str], rows: List[tuple], max_rows: int = 200, consol
         console.print("ok (no result set)")
         return
     shown = rows[:max_rows]
-    if _words_width(cols, shown) > console.width:
-        # a table this wide would cut words mid-way (rich folds a word longer than its column): one
-        # ``column = value`` line each instead, nothing cut
-        print_lines(cols, rows, max_rows, out=console.file)
-        return
+    need = _words_width(cols, shown)
+    if need > console.width:
+        if console.is_terminal:
+            # a table this wide would cut words mid-way (rich folds a word longer than its column): one
+            # ``column = value`` line each instead, nothing cut
+            print_lines(cols, rows, max_rows, out=console.file)
+            return
+        console = Console(file=console.file, width=need, color_system=None, force_terminal=False)
     t = Table(show_lines=False)
     for c in cols:
         t.add_column(escape(str(c)), overflow="fold")

@@ -2,7 +2,8 @@
 
 Each metric is one SQL file ``reports/queries/trend_<metric>.sql`` returning ``run_id, value``
 (one value per run; runnable as is with ``tilake sql``) with a header of ``-- key: value``
-comment lines (``trend``, ``title``, ``unit``, ``grain``). This module joins the values to the
+comment lines (``trend``, ``title``, ``unit``, ``grain``, and ``worse``: ``higher`` or ``lower``, the
+direction ``tilake trend --fail-if regress`` fails on). This module joins the values to the
 run registry mart ``fct_run_registry``, groups runs into series by ``--by`` and orders them on
 the x axis by ``--x``:
 
@@ -54,6 +55,8 @@ class TrendDef:
     title: str = ""
     unit: str = ""
     grain: str = ""
+    # which way is worse (header ``-- worse: higher|lower``; "" when the trend does not say): ``--fail-if regress``
+    worse: str = ""
 
 
 def trend_defs() -> Dict[str, TrendDef]:
@@ -67,7 +70,8 @@ def trend_defs() -> Dict[str, TrendDef]:
             if m:
                 head[m.group(1)] = m.group(2).strip()
         name = p.stem[len("trend_"):]
-        out[name] = TrendDef(name, p, text, head.get("title", name), head.get("unit", ""), head.get("grain", ""))
+        out[name] = TrendDef(name, p, text, head.get("title", name), head.get("unit", ""), head.get("grain", ""),
+                             head.get("worse", ""))
     return out
 
 

@@ -1,6 +1,7 @@
 -- trend: evidence_missing_rows
 -- title: comparison rows without device evidence on both sides (no grade given)
 -- unit: rows
+-- worse: higher
 -- grain: one value per run with profiler captures (fct_run_grade_counts)
 select r.run_id, coalesce(sum(g.comparison_rows) filter (where g.grade = 'evidence_missing'), 0) as value
 from fct_run_registry r

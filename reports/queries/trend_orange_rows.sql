@@ -1,6 +1,7 @@
 -- trend: orange_rows
 -- title: 🟠 comparison rows per run (different degree of fusion or backend for the same math)
 -- unit: rows
+-- worse: higher
 -- grain: one value per run with profiler captures (fct_run_grade_counts)
 select r.run_id, coalesce(sum(g.comparison_rows) filter (where g.grade = 'orange'), 0) as value
 from fct_run_registry r

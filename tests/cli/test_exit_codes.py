@@ -28,6 +28,7 @@ def _bad_inputs(tmp):
         (["dumps", "stub-prepare", "--train", str(nope), "--infer", str(nope), "--instruction",
           str(tmp / "nope.json"), "--out", str(tmp / "o3")], "cannot read stub instruction"),
         (["dumps", "maps", "extra"], "unexpected extra argument"),
+        (["dumps", "gate", str(nope), str(nope)], "dump path does not exist"),
         (["scan", str(tmp / "nope.sh"), "--lake", str(lake)], "no such file"),
         (["runs", "--lake", str(afile)], "is a file"),
         (["runs", "rm", "bad!id", "--lake", str(lake)], "invalid run id"),
@@ -36,6 +37,7 @@ def _bad_inputs(tmp):
         (["sql", "select 1", "--format", "csv", "--lake", str(nolake)], "no warehouse yet"),
         (["dbt", "--lake", str(nolake), "--", "ls"], "no lake here"),
         (["trend", "--metric", "nosuch", "--lake", str(nolake)], "unknown trend 'nosuch'"),
+        (["mcp", "--lake", str(lake), "--out", str(afile)], "is a file"),
     ]
 
 

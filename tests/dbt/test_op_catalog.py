@@ -96,7 +96,8 @@ def test_catalog_warning_counts_only_the_reported_run(runs):
     # the lake holds two such kernel names (mod_a and mod_b), each run has one
     assert mart(lake.root, "select count(*) from fct_uncategorized_kernels") == [(2,)]
     want = ("1 kernel name(s) match no op_catalog entry (1 placed by the fallback by kernel-name family / "
-            "task type; listed in the report; extend dbt_project/seeds/op_catalog.csv)")
+            "task type; listed in the report): add them to op_catalog.csv in a rules folder (--rules DIR, "
+            "$TILAKE_RULES or <lake>/rules/; copy the header of dbt_project/seeds/op_catalog.csv), then tilake build")
     for rid in ("mod_a", "mod_b"):
         assert [w for w in res[rid].warnings if "op_catalog" in w] == [want]
     assert [w for w in res["real"].warnings if "op_catalog" in w] == []

@@ -117,7 +117,7 @@ def test_one_schema_definition_renders_the_dbt_sources():
         assert [(c["name"], c["data_type"]) for c in tables[name]["columns"]] == cols
     assert schema.PROFILE_TABLES == ["runs", "captures", "kernels", "host_ops", "call_stacks", "mstx_ranges",
                                      "run_metrics", "source_notes"]
-    assert schema.DUMP_TABLES == ["dump_runs", "tensor_stats", "boundary_results", "stub_rounds"]
+    assert schema.DUMP_TABLES == ["dump_runs", "tensor_stats", "boundary_results", "stub_rounds", "dump_gates"]
     assert schema.PARTITIONS["kernels"] == ["side", "rank"] and schema.PARTITIONS["boundary_results"] == []
     assert len(schema.TABLES["kernels"]) == 33 and len(schema.TABLES["boundary_results"]) == 47
     k = {c["name"]: c for c in tables["kernels"]["columns"]}

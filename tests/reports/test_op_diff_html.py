@@ -73,15 +73,16 @@ def test_comparison_table_has_grade_rule_and_device_time(example_run, html):
     assert att[5] == f"{t_ns / 1000:,.1f} / {t_ns / 1000 / 672:,.1f}"
     assert att[6] == f"{i_ns / 1000:,.1f} / {i_ns / 1000 / 224:,.1f}"
     assert att[7] == f"{i_ns / t_ns:.2f}×"
-    assert att[9] == "🔴 高差异" and att[10].startswith("different_fused_kernel")
+    # the grade reads without emoji or CJK fonts: the English word beside the zh label (and the badge's colour)
+    assert att[9] == "🔴 高差异 HIGH" and att[10].startswith("different_fused_kernel")
     # a one-side-only row says so, with its grade; never "none"
     kv = _row(html, "KV Cache")
-    assert kv[8] == "推理独有" and kv[9] == "🟢 推理独有" and kv[5] == "— / —" and kv[7] == "—"
-    assert _row(html, "反向传播")[9] == "🟢 训练独有" and _row(html, "激活函数")[9] == "🟢 无差异"
+    assert kv[8] == "推理独有" and kv[9] == "🟢 推理独有 INFERENCE ONLY" and kv[5] == "— / —" and kv[7] == "—"
+    assert _row(html, "反向传播")[9] == "🟢 训练独有 TRAINING ONLY" and _row(html, "激活函数")[9] == "🟢 无差异 NONE"
     # the key counts them apart: 2 identical, 4 training-only, 3 inference-only of the 9 green rows
     # (MatMulV2+V3 vs MatMulV2 is 🟡 same_base_op: different kernels)
     key = re.search(r'<p class="key">(.*?)</p>', html, re.S).group(1)
-    pairs = re.findall(r"(\S+ \S+) × (\d+)", re.sub(r"<[^>]+>", "", key))
+    pairs = re.findall(r"(\S+ \S+) × (\d+)", re.sub(r"<[^>]+>", "", re.sub(r' <span class="gk">.*?</span>', "", key)))
     assert pairs[3:6] == [("🟢 无差异", "2"), ("🟢 训练独有", "4"), ("🟢 推理独有", "3")], pairs
 
 
