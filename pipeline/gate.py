@@ -18,8 +18,15 @@ from tilake.files import atomic_write_json, check_out_dir
 from tilake.lake.gate_records import Budget, GateResult
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
-from tilake.pipeline.dumps import (DUMP_MODELS, observe, pairing_of, profile_join, resolve_map, task_card_of,
-                                   write_dump_outputs)
+from tilake.pipeline.dumps import (
+    DUMP_MODELS,
+    observe,
+    pairing_of,
+    profile_join,
+    resolve_map,
+    task_card_of,
+    write_dump_outputs,
+)
 from tilake.progress import label_callback
 from tilake.reports.progress_console import steps_bar
 
