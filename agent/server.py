@@ -73,7 +73,7 @@ def build_server(ws: T.Workspace):
         return T.run_profile(ws, profiler_output, out, run_id, model_id, model_family, lang, allow_missing, phases)
 
     @tool
-    def dumps_analyze(train: str, infer: str, out: str, map_name: str = "qwen3_hf_vllm",
+    def dumps_analyze(train: str, infer: str, out: str, map_name: str = "auto",
                       run_id: Optional[str] = None, request_index: Optional[int] = None,
                       build: bool = False) -> Dict[str, Any]:
         """`tilake dumps analyze`: compare the training and inference msprobe dumps of one request boundary by
@@ -83,7 +83,7 @@ def build_server(ws: T.Workspace):
         return T.dumps_analyze(ws, train, infer, out, map_name, run_id, request_index, build)
 
     @tool
-    def dumps_gate(train: str, infer: str, map_name: str = "qwen3_hf_vllm", budget: Optional[str] = None,
+    def dumps_gate(train: str, infer: str, map_name: str = "auto", budget: Optional[str] = None,
                    run_id: Optional[str] = None, out: Optional[str] = None, build: bool = False) -> Dict[str, Any]:
         """`tilake dumps gate`: the bitwise acceptance gate ("true on-policy"). passed is true only when every
         mapped boundary is bitwise equal or within the budget file's ULP; line names the first failing boundary;

@@ -122,7 +122,7 @@ def run_profile(ws: Workspace, profiler_output: str, out: str, run_id: Optional[
     return plain(run_summary_json(res, lake.root))
 
 
-def dumps_analyze(ws: Workspace, train: str, infer: str, out: str, map_name: str = "qwen3_hf_vllm",
+def dumps_analyze(ws: Workspace, train: str, infer: str, out: str, map_name: str = "auto",
                   run_id: Optional[str] = None, request_index: Optional[int] = None, build: bool = False) -> Json:
     """``tilake dumps analyze``: compare two msprobe dumps boundary by boundary into ``out``. Returns
     ``{"summary": <the --json summary>, "report_source": <report_source.json>}`` (the single source of facts
@@ -143,7 +143,7 @@ def dumps_analyze(ws: Workspace, train: str, infer: str, out: str, map_name: str
     return {"summary": plain(res.to_dict()), "report_source": src}
 
 
-def dumps_gate(ws: Workspace, train: str, infer: str, map_name: str = "qwen3_hf_vllm", budget: Optional[str] = None,
+def dumps_gate(ws: Workspace, train: str, infer: str, map_name: str = "auto", budget: Optional[str] = None,
                run_id: Optional[str] = None, out: Optional[str] = None, build: bool = False) -> Json:
     """``tilake dumps gate --json``: the bitwise acceptance gate (``passed`` true only when every mapped
     boundary is bitwise equal or within the budget file's ULP; ``line`` names the first failing boundary).
