@@ -28,9 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from tilake.diagnosis import selectors as S
-from tilake.diagnosis.transforms import materialise
-from tilake.errors import TilakeError
+from tilake.diagnosis.transforms import tensor_or_none
 
 ROPE_FIT_MAX = 0.02      # best-fit mean error / mean |value| above which the rotation is not a plain RoPE
 ROPE_SAME_REL = 0.01     # two fitted bases within 1 % are the same configuration value
@@ -38,17 +36,8 @@ EPS_GRID = [0.0] + [10.0 ** (e / 4) for e in range(-48, -7)]   # 0, 1e-12 … 1e
 
 
 def _t(pair, side: str, sel: Any) -> Optional[torch.Tensor]:
-    """The tensor a selector names on a side (the first that resolves of a list of alternatives), or None."""
-    if isinstance(sel, list):
-        return next((t for t in (_t(pair, side, x) for x in sel) if t is not None), None)
-    if not sel:
-        return None
-    try:
-        res = S.resolve(pair.views[side], sel, side)
-        t, _n = materialise(pair.views[side], res, pair.dims, {}, None)
-    except (S.Unavailable, TilakeError):
-        return None
-    return t if isinstance(t, torch.Tensor) and t.numel() else None
+    """The tensor a selector (or the first of a list of alternatives) names on a side, or None."""
+    return tensor_or_none(pair.views[side], sel, side, pair.dims)
 
 
 def _with(sel: dict, io: str, index: int) -> dict:

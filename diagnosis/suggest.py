@@ -30,13 +30,18 @@ def exit_status(an) -> int:
     return EXIT_NOTHING_COMPARED if an.boundary_rows and not compared else ExitCode.DONE
 
 
-def resolvable(bmap: dict, dumps: Dict[str, DumpSide]) -> int:
-    """How many of the map's boundaries (layers expanded) resolve on both sides."""
+def _views(bmap: dict, dumps: Dict[str, DumpSide]) -> Tuple[Dict[str, S.SideView], int]:
+    """Both sides seen through the map's naming rules, and the layer count (at least 1)."""
     views = {s: S.SideView(dumps[s], ((bmap.get("sides") or {}).get(s) or {}).get("strip_segments") or [])
              for s in SIDES}
     pat = (bmap.get("layers") or {}).get("pattern")
     pats = pat if isinstance(pat, dict) else {s: pat for s in SIDES}
-    n_layers = max([views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES] + [1])
+    return views, max([views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES] + [1])
+
+
+def resolvable(bmap: dict, dumps: Dict[str, DumpSide]) -> int:
+    """How many of the map's boundaries (layers expanded) resolve on both sides."""
+    views, n_layers = _views(bmap, dumps)
     n = 0
     for b in expand(bmap, n_layers):
         if b.optional:   # architecture-dependent (q_norm): neither counts for nor against a map
@@ -112,11 +117,7 @@ def choose_map(train: Path, infer: Path, pairing: Optional[Pairing] = None) -> T
 
 
 def _expanded(bmap: dict, dumps: Dict[str, DumpSide]) -> int:
-    views = {s: S.SideView(dumps[s], ((bmap.get("sides") or {}).get(s) or {}).get("strip_segments") or [])
-             for s in SIDES}
-    pat = (bmap.get("layers") or {}).get("pattern")
-    pats = pat if isinstance(pat, dict) else {s: pat for s in SIDES}
-    n_layers = max([views[s].layer_count(pats[s]) if pats.get(s) else 0 for s in SIDES] + [1])
+    _views_, n_layers = _views(bmap, dumps)
     return len([b for b in expand(bmap, n_layers) if not b.optional])
 
 

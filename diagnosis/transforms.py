@@ -53,6 +53,22 @@ def materialise(view: SideView, res: Resolved, dims: Dict[str, int], context: Op
     return t, notes
 
 
+def tensor_or_none(view: SideView, sel: Any, side: str, dims: Dict[str, int], context: Optional[dict] = None):
+    """The tensor a selector names on one side after its transforms, or None when it does not resolve, a file
+    is unreadable, or it is empty. ``sel`` may be a list of alternatives: the first that resolves wins."""
+    from tilake.errors import TilakeError
+
+    if isinstance(sel, list):
+        return next((t for t in (tensor_or_none(view, x, side, dims, context) for x in sel) if t is not None), None)
+    if not sel:
+        return None
+    try:
+        t, _notes = materialise(view, resolve(view, sel, side), dims, dict(context or {}), None)
+    except (Unavailable, TilakeError):
+        return None
+    return t if getattr(t, "numel", lambda: 0)() else None
+
+
 def _qkv_split(t, layout: str, part: str, dims: Dict[str, int]):
     """One of q / k / v out of a fused ``[..., q_size + 2*kv_size]`` tensor.
 

@@ -31,8 +31,7 @@ import torch
 
 from tilake.diagnosis import selectors as S
 from tilake.diagnosis.numerics import FLOAT_FORMATS
-from tilake.diagnosis.transforms import materialise
-from tilake.errors import TilakeError
+from tilake.diagnosis.transforms import tensor_or_none
 from tilake.models.boundary_maps import SIDES, Boundary
 
 MAX_ROWS = 16          # token rows recomputed per linear (cost: rows × N × K multiply-adds in float64, twice)
@@ -55,14 +54,7 @@ def lacking_side(pair, w: Boundary) -> Optional[str]:
 
 
 def _tensor(pair, side: str, sel: Optional[dict]) -> Optional[torch.Tensor]:
-    if not sel:
-        return None
-    try:
-        res = S.resolve(pair.views[side], sel, side)
-        t, _notes = materialise(pair.views[side], res, pair.dims, {}, None)
-    except (S.Unavailable, TilakeError):
-        return None
-    return t if isinstance(t, torch.Tensor) and t.numel() > 0 else None
+    return tensor_or_none(pair.views[side], sel, side, pair.dims)
 
 
 def _ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
