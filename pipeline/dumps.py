@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
@@ -86,7 +86,8 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
                 request_index: Optional[int] = None, cu_seqlens: Optional[Sequence[int]] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
                 run_id: Optional[str] = None, build: bool = False, charts: bool = True,
-                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None) -> DumpSummary:
+                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None,
+                rl_step: Optional[int] = None, collection: Optional[Mapping[str, Any]] = None) -> DumpSummary:
     """Analyse a pair (+ stub rounds) and write every output. Returns the :class:`DumpSummary`.
 
     Args:
@@ -96,6 +97,11 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
         run_id: also write the analysis into the lake (``lake_path``); ``build``: then build the
             dump marts through the warehouse door (:func:`tilake.lake.warehouse.build_swapped`).
             The lake's door (:meth:`Lake.writing`) is held once, from the lake write to the build.
+        rl_step: the RL step the dumps were collected at (verl's precision tool writes ``step_<N>/<stage>/`` and
+            msprobe its own counter ``step0`` under it): written as the task card's ``dumps.<side>.step`` (the
+            step the profile ⋈ dump join matches), msprobe's counter kept as ``msprobe_step``; None: msprobe's.
+        collection: how the dumps were collected (``tilake scan --dump``: rounds, stop reason), kept as the task
+            card's ``collection`` (in ``task_card.json``, ``report_source.json`` and the lake's ``dump_runs``).
     Raises:
         TilakeError: bad dumps, bad map, bad options (``build`` without ``run_id``), lake busy,
         dbt failure.
@@ -117,6 +123,11 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
     pair0 = A.Pair(rins[0].train, rins[0].infer, bmap, pairing)
     card = O.task_card(pair0.dumps["train"], pair0.dumps["infer"], dict(card or {}))
     card["canonical"] = list(pair0.canonical)   # TP merge / PP join / token selection per side
+    if rl_step is not None:
+        for side in card["dumps"].values():
+            side["msprobe_step"], side["step"] = side["step"], int(rl_step)
+    if collection:
+        card["collection"] = dict(collection)
     lake = Lake(lake_path) if run_id else None
     with contextlib.ExitStack() as held:
         if lake is not None:   # first: a read-only or busy lake is said before the analysis, not after it

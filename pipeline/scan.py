@@ -44,6 +44,7 @@ from tilake.ingest.scan.inject import (
     backup_script,
     check_writable,
     fs_read_only,
+    plan_dump_injection,
     plan_injection,
     unified_diff,
     write_script,
@@ -92,6 +93,8 @@ class ScanResult:
     csv_path: Optional[Path] = None
     grade_counts: Dict[str, int] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
+    # --dump: the collection rounds and their final analysis (tilake.pipeline.scan_dump.DumpRounds); None without
+    dump: Any = None
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -172,7 +175,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
          lang: str = "zh", script_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
          seam: Optional[NpuSeam] = None, console: Any = None, timeout_s: Optional[float] = None,
          dry_run: bool = False, progress: bool = True, profiler: str = "npu",
-         rl_step: Optional[int] = None, ray: Optional[str] = None) -> ScanResult:
+         rl_step: Optional[int] = None, ray: Optional[str] = None, dump: bool = False,
+         max_rounds: int = 3) -> ScanResult:
     """Run all five stages on ``script``.
 
     ``profiler="torch"`` (verl ``global_profiler.tool=torch``, a GPU or CPU host): the environment is checked with
@@ -189,6 +193,10 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
         timeout_s: kill the RL run after this long. dry_run: stages 1–2 only, nothing written.
         profiler: ``npu`` (torch_npu, default) or ``torch``. rl_step: with several profiled RL steps, the one
             to ingest. ray: ingest on Ray (:func:`tilake.pipeline.profile.captures_for`).
+        dump: also the dump block (:func:`tilake.ingest.scan.inject.plan_dump_injection`): after the profiled run,
+            collection runs of one request with msprobe on both sides, analysed into the same run id with stub
+            rounds that run themselves (:mod:`tilake.pipeline.scan_dump`; needs PyTorch here and msprobe in the
+            script's interpreter). max_rounds: stub rounds at most.
         console: a :class:`~tilake.reports.scan_console.ScanConsole` or a rich ``Console`` (default: stdout).
     Returns:
         :class:`ScanResult`.
@@ -203,6 +211,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     out_dir = Path(out_dir or ".")
 
     # ---- stage 1: parse, check, back up
+    if dump:
+        import torch  # noqa: F401  (the dump analysis reads .pt tensors: a missing torch is one error line, first)
     parsed = parse_script(script, env=env, args=script_args)
     rid = validate_run_id(run_id or parsed.run_id())
     res = ScanResult(rid, "dry_run" if dry_run else "running", parsed)
@@ -210,7 +220,7 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     if profiler not in ("npu", "torch"):
         raise TilakeError(f"--profiler must be npu or torch, not {profiler!r}")
     if profiler == "torch":
-        probe = _torch_probe(parsed, env, script_args, res, console)
+        probe = _torch_probe(parsed, env, script_args, res, console, dump)
     else:
         program = parsed.launch.program
         python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
@@ -235,6 +245,9 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     stamp = datetime.now()
     plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"),
                           backup_name=f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}", tool=profiler)
+    if dump:
+        plan = plan_dump_injection(parsed, plan, stamp=stamp.strftime("%Y-%m-%d %H:%M"),
+                                   backup_name=f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}")
     if plan.refused:
         if not dry_run:
             raise ScanStopped(f"stage 2 stopped: {plan.refused}; nothing was written", path=parsed.path)
@@ -263,6 +276,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     # ---- stage 2: inject
     if plan.changed:
         plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name, tool=profiler)
+        if dump:
+            plan = plan_dump_injection(parsed, plan, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name)
         res.diff = unified_diff(backup.read_text(encoding="utf-8"), plan.new_text, backup.name, parsed.path.name)
         write_script(parsed.path, plan.new_text)
         check = parse_script(parsed.path, env=env, args=script_args)
@@ -270,6 +285,10 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
             write_script(parsed.path, backup.read_bytes().decode("utf-8"))     # put the original back
             raise ScanStopped("the profiler block did not reach the launch command; the script was restored "
                               f"from {backup.name}", path=parsed.path, hint="add the PROFILER block by hand")
+        if dump and not any("TILAKE_DUMP[" in w.raw for w in check.launch.words):
+            write_script(parsed.path, backup.read_bytes().decode("utf-8"))
+            raise ScanStopped("the dump block did not reach the launch command; the script was restored "
+                              f"from {backup.name}", path=parsed.path)
         parsed = res.parsed = check
         console.panel(plan.reason, "stage 2 · profiler block")
         console.diff(res.diff)
@@ -317,21 +336,69 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     meta = run_meta(parsed, probe, st, collection, tags)
     # the environment the script ran with: its switches, unless the script sets them itself
     meta["settings"] = {**settings_from_env(env or {}), **(meta.get("settings") or {})}
-    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
+    res = _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
+    if dump:
+        _dump_phase(res, parsed, script_args, env, lake, rid, output_dir, out_dir, console, progress, timeout_s,
+                    max_rounds)
+    return res
+
+
+def _dump_phase(res: ScanResult, parsed: ParsedScript, script_args: Sequence[str], env: Mapping[str, str], lake: Lake,
+                rid: str, output_dir: Path, out_dir: Path, console: ScanConsole, progress: bool,
+                timeout_s: Optional[float], max_rounds: int) -> None:
+    """``--dump`` after the profiled run: collection rounds into ``<script dir>/tilake_dump/round<k>/``, the final
+    analysis into ``<out>/dump_report`` and the lake under the same run id (:mod:`tilake.pipeline.scan_dump`)."""
+    from tilake.pipeline.scan_dump import ScriptCollector, run_dump_rounds
+
+    work = output_dir.parent / "tilake_dump"
+    console.say(f"dumps · collection runs of one request (msprobe on both sides; up to {max_rounds} stub round(s)) "
+                f"into {escape(work)}")
+    collect = ScriptCollector(parsed.path, script_args, env, rl_step=1, timeout_s=timeout_s,
+                              display=console if progress else None)
+    card = {"model": str(parsed.config.get("model_id", UNKNOWN)),
+            "train_backend": str(parsed.config.get("train_backend", UNKNOWN)),
+            "infer_backend": str(parsed.config.get("infer_backend", UNKNOWN)),
+            "request_pairing": "one prompt (the dataset's first, no shuffle), n=1, response length 1, seed 42: the "
+                               "rollout's prefill of that request and the actor's log-prob forward of the same "
+                               "sample (token ids compared by the analysis)",
+            "step_pairing": "RL step 1 (verl precision_debugger step_1; msprobe step 0)",
+            "collection": "tilake scan --dump: verl precision_debugger (actor_compute_log_prob) + tilake's rollout "
+                          "hook (vllm.general_plugins)"}
+    try:
+        dr = run_dump_rounds(collect, work, out_dir / "dump_report", max_rounds=max_rounds, lake_path=lake.root,
+                             run_id=rid, card=card, rl_step=1, build=True,
+                             say=lambda line: console.say("dumps · " + escape(line)))
+    except TilakeError as exc:
+        done = f" (the profile report is written: {res.report_path})" if res.report_path else ""
+        raise ScanStopped(f"dump collection stopped{done}: {exc}", path=parsed.path) from exc
+    res.dump = dr
+    s = dr.summary
+    rounds = "\n".join(f"round {r.round}: {r.outcome}" + (f", stub of {r.isolates} verified: {r.verified}"
+                                                         if r.round else "") + f", {r.wall_s:.0f} s, {r.note}"
+                       for r in dr.rounds)
+    console.panel(f"verdict: {s.verdict} ({s.consistency}) — {s.reason}\nfirst divergence: {s.first_divergence}\n"
+                  f"{rounds}\nstopped: {dr.stop_reason}\nverl's logged mismatch vs the dumps: "
+                  f"{dr.logged_vs_dump['status']} — {dr.logged_vs_dump['text']}\n"
+                  f"profile ⋈ dump: {(s.profile_join or {}).get('status')}\nreport: {s.outputs.get('report_md')}\n"
+                  f"rounds record: {dr.record}", "dumps · verdict")
 
 
 def _torch_probe(parsed: ParsedScript, env: Mapping[str, str], script_args: Sequence[str], res: ScanResult,
-                 console: ScanConsole) -> NpuProbe:
-    """Stage 1b for ``--profiler torch``: the script's own interpreter after its preamble; fills ``res.checks``."""
+                 console: ScanConsole, dump: bool = False) -> NpuProbe:
+    """Stage 1b for ``--profiler torch``: the script's own interpreter after its preamble; fills ``res.checks``
+    (``dump``: msprobe must import there too)."""
     words = [w.raw for w in parsed.launch.words]
     idx = next((k for k, w in enumerate(words) if w == "-m"), 0) + 1
     interp = interpreter_words(words, idx)
-    modules = default_modules(str(parsed.config.get("infer_backend", UNKNOWN)))
+    modules = default_modules(str(parsed.config.get("infer_backend", UNKNOWN))) + (["msprobe"] if dump else [])
     with console.status(f"stage 1 · replaying the script's preamble, then `{interp} -c 'import "
                         f"{', '.join(modules)}'` …"):
         se = probe_script_env(parsed.path, parsed.text, parsed.launch.words[0].start, interp, modules, env,
                               script_args)
     res.checks = check_environment_torch(parsed, se, modules, env)
+    for c in res.checks:
+        if c.name == "import msprobe" and not c.ok:
+            c.fix = "pip install mindstudio-probe in that environment (tilake scan --dump dumps with msprobe)"
     pkgs = {k: v for k, v in se.modules.items() if k != "torch"}
     return NpuProbe(seam="torch.profiler", real=True, python=se.python, torch=se.modules.get("torch"),
                     packages=pkgs)
@@ -466,13 +533,13 @@ def result_json(res: ScanResult) -> Dict[str, Any]:
                        for c in res.checks],
             "diff": res.diff, "backup": opt(res.backup), "output_dir": opt(res.output_dir),
             "report": opt(res.report_path), "csv": opt(res.csv_path), "grade_counts": res.grade_counts,
-            "warnings": res.warnings}
+            "warnings": res.warnings, **({"dump": res.dump.to_dict()} if res.dump is not None else {})}
 
 
 def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake: Lake, run_id: Optional[str] = None,
              out_dir: Path = Path("."), lang: str = "zh", dry_run: bool = False, timeout_s: Optional[float] = None,
              script_args: Sequence[str] = (), fmt: str = "text", profiler: str = "npu", rl_step: Optional[int] = None,
-             ray: Optional[str] = None) -> int:
+             ray: Optional[str] = None, dump: bool = False, max_rounds: int = 3) -> int:
     """Body of ``tilake scan`` (kept here so ``cli.py`` stays thin). Returns the exit status:
     0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2).
     ``fmt="json"``: the tables go to stderr and :func:`result_json` is written to stdout."""
@@ -482,8 +549,8 @@ def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake
         raise TilakeError(f"--format must be text or json, not {fmt!r}")
     console = ScanConsole(stderr=fmt == "json")
     if from_output is not None:
-        if dry_run or script_args:
-            raise TilakeError("--from-output runs stages 4–5 only: --dry-run and script arguments do not apply")
+        if dry_run or script_args or dump:
+            raise TilakeError("--from-output runs stages 4–5 only: --dry-run, --dump and script arguments do not apply")
         res = scan_from_output(from_output, lake, run_id=run_id, out_dir=out_dir, lang=lang, script=script,
                                console=console, progress=fmt == "text", rl_step=rl_step, ray=ray)
     else:
@@ -491,7 +558,7 @@ def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake
             raise TilakeError("give the RL launch script (tilake scan run_qwen3.sh) or --from-output DIR")
         res = scan(script, lake, run_id=run_id, out_dir=out_dir, lang=lang, script_args=script_args,
                    timeout_s=timeout_s, dry_run=dry_run, console=console, progress=fmt == "text", profiler=profiler,
-                   rl_step=rl_step, ray=ray)
+                   rl_step=rl_step, ray=ray, dump=dump, max_rounds=max_rounds)
     if fmt == "json":
         emit_json(result_json(res))
     return ExitCode.SCAN_SKIPPED if res.status == "comparison_skipped" else ExitCode.DONE
