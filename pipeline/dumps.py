@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from tilake.diagnosis import analyze as A
 from tilake.diagnosis import maps as M
@@ -20,7 +20,15 @@ from tilake.diagnosis.outputs import UNKNOWN
 from tilake.diagnosis.suggest import exit_status
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
-from tilake.lake.dump_records import DumpJoin, DumpPoint, DumpSummary, Pairing, ProbeReport, TaskCard
+from tilake.lake.dump_records import (
+    Collection,
+    DumpJoin,
+    DumpPoint,
+    DumpSummary,
+    Pairing,
+    ProbeReport,
+    TaskCard,
+)
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
 from tilake.progress import label_callback
@@ -87,7 +95,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
                 run_id: Optional[str] = None, build: bool = False, charts: bool = True,
                 show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None,
-                rl_step: Optional[int] = None, collection: Optional[Mapping[str, Any]] = None) -> DumpSummary:
+                rl_step: Optional[int] = None, collection: Optional[Collection] = None) -> DumpSummary:
     """Analyse a pair (+ stub rounds) and write every output. Returns the :class:`DumpSummary`.
 
     Args:
@@ -127,7 +135,7 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
         for side in card["dumps"].values():
             side["msprobe_step"], side["step"] = side["step"], int(rl_step)
     if collection:
-        card["collection"] = dict(collection)
+        card["collection"] = collection
     lake = Lake(lake_path) if run_id else None
     with contextlib.ExitStack() as held:
         if lake is not None:   # first: a read-only or busy lake is said before the analysis, not after it

@@ -55,7 +55,8 @@ from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
-from tilake.pipeline.scan_print import config_view, stage1_json, stage3_view, write_skipped_report
+from tilake.pipeline.scan_dump import msprobe_fix, scan_dump_phase
+from tilake.pipeline.scan_print import config_view, result_json, stage3_view, write_skipped_report
 from tilake.reports.json_out import emit_json
 from tilake.reports.scan_console import ScanConsole, escape
 from tilake.vocab import Evidence, ExitCode
@@ -93,8 +94,7 @@ class ScanResult:
     csv_path: Optional[Path] = None
     grade_counts: Dict[str, int] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
-    # --dump: the collection rounds and their final analysis (tilake.pipeline.scan_dump.DumpRounds); None without
-    dump: Any = None
+    dump: Any = None   # --dump: the rounds and their final analysis (tilake.pipeline.scan_dump.DumpRounds)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -193,10 +193,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
         timeout_s: kill the RL run after this long. dry_run: stages 1–2 only, nothing written.
         profiler: ``npu`` (torch_npu, default) or ``torch``. rl_step: with several profiled RL steps, the one
             to ingest. ray: ingest on Ray (:func:`tilake.pipeline.profile.captures_for`).
-        dump: also the dump block (:func:`tilake.ingest.scan.inject.plan_dump_injection`): after the profiled run,
-            collection runs of one request with msprobe on both sides, analysed into the same run id with stub
-            rounds that run themselves (:mod:`tilake.pipeline.scan_dump`; needs PyTorch here and msprobe in the
-            script's interpreter). max_rounds: stub rounds at most.
+        dump / max_rounds: also the dump block and, after the profiled run, the collection rounds of
+            :func:`tilake.pipeline.scan_dump.scan_dump_phase` (at most ``max_rounds`` stub rounds).
         console: a :class:`~tilake.reports.scan_console.ScanConsole` or a rich ``Console`` (default: stdout).
     Returns:
         :class:`ScanResult`.
@@ -211,8 +209,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     out_dir = Path(out_dir or ".")
 
     # ---- stage 1: parse, check, back up
-    if dump:
-        import torch  # noqa: F401  (the dump analysis reads .pt tensors: a missing torch is one error line, first)
+    if dump:   # the dump analysis reads .pt tensors: a missing torch is one error line, before anything
+        import torch  # noqa: F401
     parsed = parse_script(script, env=env, args=script_args)
     rid = validate_run_id(run_id or parsed.run_id())
     res = ScanResult(rid, "dry_run" if dry_run else "running", parsed)
@@ -243,11 +241,9 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
 
     # ---- stage 2 plan (needed for the output folder)
     stamp = datetime.now()
-    plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"),
-                          backup_name=f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}", tool=profiler)
-    if dump:
-        plan = plan_dump_injection(parsed, plan, stamp=stamp.strftime("%Y-%m-%d %H:%M"),
-                                   backup_name=f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}")
+    bak = f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}"
+    plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=bak, tool=profiler)
+    plan = plan_dump_injection(parsed, plan, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=bak) if dump else plan
     if plan.refused:
         if not dry_run:
             raise ScanStopped(f"stage 2 stopped: {plan.refused}; nothing was written", path=parsed.path)
@@ -276,19 +272,16 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     # ---- stage 2: inject
     if plan.changed:
         plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name, tool=profiler)
-        if dump:
-            plan = plan_dump_injection(parsed, plan, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name)
+        plan = plan_dump_injection(parsed, plan, stamp.strftime("%Y-%m-%d %H:%M"), backup.name) if dump else plan
         res.diff = unified_diff(backup.read_text(encoding="utf-8"), plan.new_text, backup.name, parsed.path.name)
         write_script(parsed.path, plan.new_text)
         check = parse_script(parsed.path, env=env, args=script_args)
-        if not check.profiler["present"] or not any("PROFILER[" in w.raw for w in check.launch.words):
+        arrays = ["PROFILER["] + (["TILAKE_DUMP["] if dump else [])
+        if not check.profiler["present"] or not all(any(a in w.raw for w in check.launch.words) for a in arrays):
             write_script(parsed.path, backup.read_bytes().decode("utf-8"))     # put the original back
-            raise ScanStopped("the profiler block did not reach the launch command; the script was restored "
-                              f"from {backup.name}", path=parsed.path, hint="add the PROFILER block by hand")
-        if dump and not any("TILAKE_DUMP[" in w.raw for w in check.launch.words):
-            write_script(parsed.path, backup.read_bytes().decode("utf-8"))
-            raise ScanStopped("the dump block did not reach the launch command; the script was restored "
-                              f"from {backup.name}", path=parsed.path)
+            raise ScanStopped(f"the {' and '.join(a[:-1] for a in arrays)} block did not reach the launch command; "
+                              f"the script was restored from {backup.name}", path=parsed.path,
+                              hint="add the PROFILER block by hand")
         parsed = res.parsed = check
         console.panel(plan.reason, "stage 2 · profiler block")
         console.diff(res.diff)
@@ -337,56 +330,15 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     # the environment the script ran with: its switches, unless the script sets them itself
     meta["settings"] = {**settings_from_env(env or {}), **(meta.get("settings") or {})}
     res = _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
-    if dump:
-        _dump_phase(res, parsed, script_args, env, lake, rid, output_dir, out_dir, console, progress, timeout_s,
-                    max_rounds)
+    if dump:   # collection runs of one request after the profiled one, into the same run id
+        res.dump = scan_dump_phase(parsed, script_args, env, lake.root, rid, output_dir, out_dir, console, progress,
+                                   timeout_s, max_rounds, res.report_path)
     return res
-
-
-def _dump_phase(res: ScanResult, parsed: ParsedScript, script_args: Sequence[str], env: Mapping[str, str], lake: Lake,
-                rid: str, output_dir: Path, out_dir: Path, console: ScanConsole, progress: bool,
-                timeout_s: Optional[float], max_rounds: int) -> None:
-    """``--dump`` after the profiled run: collection rounds into ``<script dir>/tilake_dump/round<k>/``, the final
-    analysis into ``<out>/dump_report`` and the lake under the same run id (:mod:`tilake.pipeline.scan_dump`)."""
-    from tilake.pipeline.scan_dump import ScriptCollector, run_dump_rounds
-
-    work = output_dir.parent / "tilake_dump"
-    console.say(f"dumps · collection runs of one request (msprobe on both sides; up to {max_rounds} stub round(s)) "
-                f"into {escape(work)}")
-    collect = ScriptCollector(parsed.path, script_args, env, rl_step=1, timeout_s=timeout_s,
-                              display=console if progress else None)
-    card = {"model": str(parsed.config.get("model_id", UNKNOWN)),
-            "train_backend": str(parsed.config.get("train_backend", UNKNOWN)),
-            "infer_backend": str(parsed.config.get("infer_backend", UNKNOWN)),
-            "request_pairing": "one prompt (the dataset's first, no shuffle), n=1, response length 1, seed 42: the "
-                               "rollout's prefill of that request and the actor's log-prob forward of the same "
-                               "sample (token ids compared by the analysis)",
-            "step_pairing": "RL step 1 (verl precision_debugger step_1; msprobe step 0)",
-            "collection": "tilake scan --dump: verl precision_debugger (actor_compute_log_prob) + tilake's rollout "
-                          "hook (vllm.general_plugins)"}
-    try:
-        dr = run_dump_rounds(collect, work, out_dir / "dump_report", max_rounds=max_rounds, lake_path=lake.root,
-                             run_id=rid, card=card, rl_step=1, build=True,
-                             say=lambda line: console.say("dumps · " + escape(line)))
-    except TilakeError as exc:
-        done = f" (the profile report is written: {res.report_path})" if res.report_path else ""
-        raise ScanStopped(f"dump collection stopped{done}: {exc}", path=parsed.path) from exc
-    res.dump = dr
-    s = dr.summary
-    rounds = "\n".join(f"round {r.round}: {r.outcome}" + (f", stub of {r.isolates} verified: {r.verified}"
-                                                         if r.round else "") + f", {r.wall_s:.0f} s, {r.note}"
-                       for r in dr.rounds)
-    console.panel(f"verdict: {s.verdict} ({s.consistency}) — {s.reason}\nfirst divergence: {s.first_divergence}\n"
-                  f"{rounds}\nstopped: {dr.stop_reason}\nverl's logged mismatch vs the dumps: "
-                  f"{dr.logged_vs_dump['status']} — {dr.logged_vs_dump['text']}\n"
-                  f"profile ⋈ dump: {(s.profile_join or {}).get('status')}\nreport: {s.outputs.get('report_md')}\n"
-                  f"rounds record: {dr.record}", "dumps · verdict")
 
 
 def _torch_probe(parsed: ParsedScript, env: Mapping[str, str], script_args: Sequence[str], res: ScanResult,
                  console: ScanConsole, dump: bool = False) -> NpuProbe:
-    """Stage 1b for ``--profiler torch``: the script's own interpreter after its preamble; fills ``res.checks``
-    (``dump``: msprobe must import there too)."""
+    """Stage 1b for ``--profiler torch``: the script's own interpreter after its preamble; fills ``res.checks``."""
     words = [w.raw for w in parsed.launch.words]
     idx = next((k for k, w in enumerate(words) if w == "-m"), 0) + 1
     interp = interpreter_words(words, idx)
@@ -396,9 +348,8 @@ def _torch_probe(parsed: ParsedScript, env: Mapping[str, str], script_args: Sequ
         se = probe_script_env(parsed.path, parsed.text, parsed.launch.words[0].start, interp, modules, env,
                               script_args)
     res.checks = check_environment_torch(parsed, se, modules, env)
-    for c in res.checks:
-        if c.name == "import msprobe" and not c.ok:
-            c.fix = "pip install mindstudio-probe in that environment (tilake scan --dump dumps with msprobe)"
+    if dump:
+        msprobe_fix(res.checks)
     pkgs = {k: v for k, v in se.modules.items() if k != "torch"}
     return NpuProbe(seam="torch.profiler", real=True, python=se.python, torch=se.modules.get("torch"),
                     packages=pkgs)
@@ -519,21 +470,6 @@ def scan_from_output(output_dir: Path, lake: Lake, *, run_id: Optional[str] = No
                       "stages 4–5 skipped", border_style="red")
         return res
     return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
-
-
-def result_json(res: ScanResult) -> Dict[str, Any]:
-    """A scan's outcome as plain data (``tilake scan --format json``): stage 1 in full, the checks,
-    the planned or applied diff, and the outputs (paths as strings, None when not written)."""
-    def opt(p: Optional[Path]) -> Optional[str]:
-        return None if p is None else str(p)
-
-    return {"run_id": res.run_id, "status": res.status,
-            "stage1": stage1_json(res.parsed) if res.parsed is not None else None,
-            "checks": [{"name": c.name, "ok": c.ok, "required": c.required, "found": c.detail, "fix": c.fix}
-                       for c in res.checks],
-            "diff": res.diff, "backup": opt(res.backup), "output_dir": opt(res.output_dir),
-            "report": opt(res.report_path), "csv": opt(res.csv_path), "grade_counts": res.grade_counts,
-            "warnings": res.warnings, **({"dump": res.dump.to_dict()} if res.dump is not None else {})}
 
 
 def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake: Lake, run_id: Optional[str] = None,

@@ -29,14 +29,17 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
 from tilake.ingest.run_facts import read_rl_metrics
 from tilake.ingest.scan import dump_collect as DC
 from tilake.lake.dump_records import DumpSummary
-from tilake.vocab import LoggedVsDump, RoundsStop, Verdict
+from tilake.vocab import EVIDENCE_MISSING, LoggedVsDump, RoundsStop, Verdict
+
+if TYPE_CHECKING:
+    from tilake.ingest.scan.script import ParsedScript
 
 RECORD = "tilake_dump_rounds.json"
 
@@ -327,7 +330,7 @@ def run_dump_rounds(collect: Collector, work: Path, report_dir: Path, *, max_rou
                         logprob_json=lp, lake_path=lake_path, run_id=run_id, build=build and run_id is not None,
                         charts=charts, show_progress=False, rl_step=rl_step, collection=how)
     fsrc = _source(Path(report_dir))
-    nc = [e["boundary"] for e in fsrc.get("evidence_missing") or [] if e.get("round") == 0]
+    nc = [e["boundary"] for e in fsrc.get(EVIDENCE_MISSING) or [] if e.get("round") == 0]
     lvd = logged_vs_dump(logged, final.verdict, final.first_divergence, nc)
     res = DumpRounds(records, stop, stop_reason, final, logged, lvd, work / RECORD, Path(report_dir),
                      time.monotonic() - t0)
@@ -368,8 +371,62 @@ class ScriptCollector:
         except TilakeError as exc:
             raise TilakeError(f"collection round {round_no}: {exc} (run log: {log})") from exc
         rec = DC.read_hook_record(round_dir)
-        reqs = rec.get("requests") or []
-        note = ("rollout prefill of " + ", ".join(f"request {r.get('req_id')} ({r.get('prompt_tokens')} prompt "
-                                                   f"tokens, {r.get('computed_tokens')} cached)" for r in reqs)
-                + f" in vLLM process {rec.get('pid')}")
+        note = ("rollout prefill of " + ", ".join(f"request {r.req_id} ({r.prompt_tokens} prompt tokens, "
+                                                   f"{r.computed_tokens} cached)" for r in rec.requests)
+                + f" in vLLM process {rec.pid}")
         return Collected(train, infer, log, run.elapsed_s, note)
+
+
+def scan_dump_phase(parsed: "ParsedScript", script_args: Sequence[str], env: Mapping[str, str], lake_path: Path,
+                    rid: str, output_dir: Path, out_dir: Path, console: Any, progress: bool,
+                    timeout_s: Optional[float], max_rounds: int, profile_report: Optional[Path] = None) -> DumpRounds:
+    """``tilake scan --dump`` after the profiled run: collection rounds into ``<script dir>/tilake_dump/round<k>/``
+    (:class:`ScriptCollector`), the final analysis into ``<out>/dump_report`` and the lake under the scan's run id
+    ``rid`` (built: the profile ⋈ dump join), a summary panel on ``console`` (a
+    :class:`~tilake.reports.scan_console.ScanConsole`).
+
+    Raises:
+        TilakeError: a collection run failed, a side dumped nothing, lake or dbt errors (the message says that the
+        profile report ``profile_report`` is written).
+    """
+    from tilake.ingest.scan.script import UNKNOWN
+    from tilake.reports.scan_console import escape
+
+    work = output_dir.parent / "tilake_dump"
+    console.say(f"dumps · collection runs of one request (msprobe on both sides; up to {max_rounds} stub round(s)) "
+                f"into {escape(work)}")
+    collect = ScriptCollector(parsed.path, script_args, env, rl_step=1, timeout_s=timeout_s,
+                              display=console if progress else None)
+    cfg = parsed.config
+    card = {"model": str(cfg.get("model_id", UNKNOWN)), "train_backend": str(cfg.get("train_backend", UNKNOWN)),
+            "infer_backend": str(cfg.get("infer_backend", UNKNOWN)),
+            "request_pairing": "one prompt (the dataset's first, no shuffle), n=1, response length 1, seed 42: the "
+                               "rollout's prefill of that request and the actor's log-prob forward of the same "
+                               "sample (token ids compared by the analysis)",
+            "step_pairing": "RL step 1 (verl precision_debugger step_1; msprobe step 0)",
+            "collection": "tilake scan --dump: verl precision_debugger (actor_compute_log_prob) + tilake's rollout "
+                          "hook (vllm.general_plugins)"}
+    try:
+        dr = run_dump_rounds(collect, work, out_dir / "dump_report", max_rounds=max_rounds, lake_path=lake_path,
+                             run_id=rid, card=card, rl_step=1, build=True,
+                             say=lambda line: console.say("dumps · " + escape(line)))
+    except TilakeError as exc:
+        done = f" (the profile report is written: {profile_report})" if profile_report else ""
+        raise TilakeError(f"dump collection stopped{done}: {exc}", path=parsed.path) from exc
+    s = dr.summary
+    rounds = "\n".join(f"round {r.round}: {r.outcome}" + (f", stub of {r.isolates} verified: {r.verified}"
+                                                         if r.round else "") + f", {r.wall_s:.0f} s, {r.note}"
+                       for r in dr.rounds)
+    console.panel(f"verdict: {s.verdict} ({s.consistency}) — {s.reason}\nfirst divergence: {s.first_divergence}\n"
+                  f"{rounds}\nstopped: {dr.stop_reason}\nverl's logged mismatch vs the dumps: "
+                  f"{dr.logged_vs_dump['status']} — {dr.logged_vs_dump['text']}\n"
+                  f"profile ⋈ dump: {(s.profile_join or {}).get('status')}\nreport: {s.outputs.get('report_md')}\n"
+                  f"rounds record: {dr.record}", "dumps · verdict")
+    return dr
+
+
+def msprobe_fix(checks: Sequence[Any]) -> None:
+    """Give a failed ``import msprobe`` check (of :func:`tilake.ingest.scan.env.check_environment_torch`) its fix."""
+    for c in checks:
+        if c.name == "import msprobe" and not c.ok:
+            c.fix = "pip install mindstudio-probe in that environment (tilake scan --dump dumps with msprobe)"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
@@ -120,7 +120,28 @@ def find_train_dump(round_dir: Path, rl_step: int = 1, stage: str = DUMP_STAGE) 
     return d
 
 
-def read_hook_record(round_dir: Path) -> Dict[str, Any]:
+class RolloutRequest(NamedTuple):
+    """One request of the dumped prefill (vLLM V1 ``NewRequestData``)."""
+
+    req_id: str
+    prompt_tokens: int
+    # prompt tokens already in the prefix cache (not recomputed by this prefill)
+    computed_tokens: int
+
+
+class HookRecord(NamedTuple):
+    """What the rollout hook recorded of the prefill it dumped (``tilake_rollout_dump.json``)."""
+
+    pid: int
+    # 1-based: which real prefill of the process was dumped
+    prefill: int
+    requests: List[RolloutRequest]
+    # sha256 of each request's prompt token ids (JSON list), in request order
+    prompt_ids_sha256: List[str]
+    scheduled_tokens: int
+
+
+def read_hook_record(round_dir: Path) -> HookRecord:
     """The rollout hook's record (``<round>/infer/tilake_rollout_dump.json``).
 
     Raises:
@@ -138,7 +159,13 @@ def read_hook_record(round_dir: Path) -> Dict[str, Any]:
     if not isinstance(rec, dict) or rec.get("status") != "dumped":
         why = rec.get("reason") if isinstance(rec, dict) else "not a JSON object"
         raise TilakeError(f"the rollout hook did not dump the prefill: {why}", path=p)
-    return rec
+    try:
+        reqs = [RolloutRequest(str(r["req_id"]), int(r["prompt_tokens"]), int(r["computed_tokens"]))
+                for r in rec.get("requests") or []]
+        return HookRecord(int(rec["pid"]), int(rec["prefill"]), reqs, [str(x) for x in rec.get("prompt_ids_sha256") or []],
+                          int(rec.get("scheduled_tokens") or 0))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TilakeError(f"the rollout hook's record lacks {exc}", path=p) from exc
 
 
 def find_infer_dump(round_dir: Path) -> Path:
