@@ -203,16 +203,9 @@ def _source(analysis: Path) -> Dict[str, Any]:
 def _checked(c: Collected, round_dir: Path) -> Tuple[Path, Path]:
     """Both sides' dumps exist and are non-empty (else one error line naming the folder)."""
     for side, p in (("train", c.train), ("infer", c.infer)):
-        p = Path(p)
-        if not p.exists():
+        if not Path(p).exists():
             raise TilakeError(f"round {round_dir.name}: the {side} side dumped nothing (no folder)", path=p)
-        ranks = [d.parent for d in p.rglob("dump.json")]
-        if not ranks:
-            raise TilakeError(f"round {round_dir.name}: the {side} side's dump has no dump.json", path=p)
-        for d in ranks:
-            if DC._entries(d) == 0:
-                raise TilakeError(f"round {round_dir.name}: the {side} side's dump is empty (dump.json has no "
-                                  "entry)", path=d)
+        DC.check_nonempty(Path(p), f"round {round_dir.name}: the {side} side")
     return Path(c.train), Path(c.infer)
 
 

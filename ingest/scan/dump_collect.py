@@ -89,8 +89,21 @@ def _entries(rank_dir: Path) -> int:
     return len(data) if isinstance(data, dict) else 0
 
 
-def _rank_dirs(root: Path) -> List[Path]:
-    return sorted(p.parent for p in root.glob("step*/*/dump.json") if p.parent.name.startswith(("rank", "proc")))
+def check_nonempty(root: Path, what: str) -> List[Path]:
+    """The msprobe rank folders under ``root`` (``dump.json`` anywhere below it), each with at least one entry.
+
+    Returns:
+        the rank folders. ``what``: the side's words in the error (``the training side``).
+    Raises:
+        TilakeError: no ``dump.json`` under ``root``, or one without entries (naming that folder).
+    """
+    ranks = sorted(p.parent for p in Path(root).rglob("dump.json"))
+    if not ranks:
+        raise TilakeError(f"{what}'s dump has no step*/rank*/dump.json (msprobe wrote nothing)", path=root)
+    empty = [r for r in ranks if _entries(r) == 0]
+    if empty:
+        raise TilakeError(f"{what}'s dump is empty (dump.json has no entry)", path=empty[0])
+    return ranks
 
 
 def find_train_dump(round_dir: Path, rl_step: int = 1, stage: str = DUMP_STAGE) -> Path:
@@ -111,12 +124,7 @@ def find_train_dump(round_dir: Path, rl_step: int = 1, stage: str = DUMP_STAGE) 
         raise TilakeError(f"the training side dumped nothing for RL step {rl_step}, stage {stage} (verl's "
                           f"precision_debugger; found: {', '.join(found) or 'nothing'})", path=d,
                           hint="the run's log says why (msprobe missing in the RL venv, the stage not reached)")
-    ranks = _rank_dirs(d)
-    if not ranks:
-        raise TilakeError("the training side's dump has no step*/rank*/dump.json (msprobe wrote nothing)", path=d)
-    empty = [r for r in ranks if _entries(r) == 0]
-    if empty:
-        raise TilakeError("the training side's dump is empty (dump.json has no entry)", path=empty[0])
+    check_nonempty(d, "the training side")
     return d
 
 
@@ -176,12 +184,7 @@ def find_infer_dump(round_dir: Path) -> Path:
     """
     read_hook_record(round_dir)
     d = Path(round_dir) / "infer"
-    ranks = _rank_dirs(d)
-    if not ranks:
-        raise TilakeError("the rollout side's dump has no step*/rank*/dump.json (msprobe wrote nothing)", path=d)
-    empty = [r for r in ranks if _entries(r) == 0]
-    if empty:
-        raise TilakeError("the rollout side's dump is empty (dump.json has no entry)", path=empty[0])
+    check_nonempty(d, "the rollout side")
     return d
 
 
