@@ -18,28 +18,16 @@
 #   TILAKE=/path/to/tilake SHARED=/path/to/shared E2E_WORK=/tmp/e2e E2E_MAX_ROUNDS=1 e2e/verl_cpu_dumps.sh
 # Prints figures (rounds, wall s per run and in all, peak used memory) and exits 0 only when every check passes.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SHARED=${SHARED:-$ROOT/../shared}
-TILAKE=${TILAKE:-tilake}
-VC="$SHARED/verl-cpu"
+# shellcheck source=e2e/verl_cpu_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/verl_cpu_common.sh"
 MAX_ROUNDS=${E2E_MAX_ROUNDS:-1}
 NEED_GB=${E2E_NEED_GB:-19}
-[ -f "$VC/run_grpo.sh" ] || { echo "error: $VC/run_grpo.sh not found (set SHARED to the shared folder)" >&2; exit 2; }
-command -v "$TILAKE" >/dev/null || { echo "error: $TILAKE not on PATH (set TILAKE)" >&2; exit 2; }
-PY=${TILAKE_PYTHON:-$(dirname "$(command -v "$TILAKE")")/python}
-[ -x "$PY" ] || PY=python3
-WORK=${E2E_WORK:-$(mktemp -d -t tilake-e2e-dumps-XXXXXX)}
-mkdir -p "$WORK"
-echo "e2e: work folder $WORK"
-
-# 1. the verl-cpu venv and assets (idempotent), and msprobe in it
-t0=$(date +%s)
-"$VC/setup.sh"
+# 1. the verl-cpu venv and assets, the user's writable copy of run_grpo.sh; msprobe must be in that venv
+e2e_prepare tilake-e2e-dumps
 VENV=${VERLCPU_VENV:-$HOME/.cache/tilake-verl-cpu/venv}
 "$VENV/bin/python" -c "import msprobe" 2>/dev/null || {
     echo "error: msprobe is not importable in $VENV: $VENV/bin/pip install -c $VC/constraints.txt mindstudio-probe" >&2
     exit 2; }
-echo "e2e: setup $(( $(date +%s) - t0 )) s"
 
 # 2. memory: each verl run needs ~19 GB at peak on this machine; wait (up to 20 min) until that much is available
 avail_gb() { awk '/MemAvailable/{printf "%d", $2 / 1048576}' /proc/meminfo; }
@@ -53,68 +41,23 @@ while [ "$(avail_gb)" -lt "$NEED_GB" ]; do
     sleep 60; waited=$(( waited + 60 ))
 done
 
-# 3. the user's launch script: a writable copy of run_grpo.sh (the shared folder is read-only)
-rm -rf "$WORK/user" "$WORK/lake" "$WORK/report"
-mkdir -p "$WORK/user" "$WORK/report"
-cp "$VC/run_grpo.sh" "$WORK/user/run_grpo.sh"
-chmod u+w "$WORK/user/run_grpo.sh"
-cp "$WORK/user/run_grpo.sh" "$WORK/original.sh"
-export VERLCPU_PLUGIN="$VC/plugin"
-export VERLCPU_RUNS="$WORK/runs"
+# 3. peak used memory of the machine from here on
+e2e_sample_memory
 
-# peak used memory of the machine while the scan runs (sampled every 2 s; MemTotal - MemAvailable)
-PEAK="$WORK/peak_used_kb"
-echo 0 > "$PEAK"
-( while :; do
-    used=$(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{print t-a}' /proc/meminfo)
-    [ "$used" -gt "$(cat "$PEAK")" ] && echo "$used" > "$PEAK"
-    sleep 2
-  done ) &
-SAMPLER=$!
-trap 'kill "$SAMPLER" 2>/dev/null || true' EXIT
-base_kb=$(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{print t-a}' /proc/meminfo)
-
-# 4. the scan: profiled run, then the collection runs and their analysis
-t1=$(date +%s)
-set +e
-"$TILAKE" scan --profiler torch --dump --max-rounds "$MAX_ROUNDS" --lake "$WORK/lake" --out "$WORK/report" --lang en \
-    --format json "$WORK/user/run_grpo.sh" > "$WORK/scan.json" 2> "$WORK/scan.console"
-rc=$?
-set -e
-wall=$(( $(date +%s) - t1 ))
-kill "$SAMPLER" 2>/dev/null || true
-echo "e2e: tilake scan exit status $rc after $wall s (console: $WORK/scan.console)"
-if [ "$rc" -ne 0 ]; then
-    tail -40 "$WORK/scan.console" >&2
-    exit 1
-fi
-
-# 5. idempotency: a second dry run leaves the script alone
-"$TILAKE" scan --profiler torch --dump --dry-run --lake "$WORK/lake" --format json "$WORK/user/run_grpo.sh" \
-    > "$WORK/rescan.json" 2> "$WORK/rescan.console"
+# 4-5. the scan: profiled run, then the collection runs and their analysis; a second dry run must change nothing
+e2e_scan --dump --max-rounds "$MAX_ROUNDS"
 
 # 6. the checks
-WALL=$wall PEAK_KB=$(cat "$PEAK") BASE_KB=$base_kb MAX_ROUNDS=$MAX_ROUNDS "$PY" - "$WORK" <<'EOF'
+WALL=$wall PEAK_KB=$(cat "$PEAK") BASE_KB=$base_kb MAX_ROUNDS=$MAX_ROUNDS E2E_DIR="$(dirname "${BASH_SOURCE[0]}")" \
+    "$PY" - "$WORK" <<'EOF'
 import json, os, sys
 from pathlib import Path
+sys.path.insert(0, os.environ["E2E_DIR"])
+from verl_cpu_checks import Checks
 
-work = Path(sys.argv[1])
-res = json.loads((work / "scan.json").read_text())
-fails = []
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        fails.append(what)
-
-check(res["status"] == "ok", f"scan status ok (got {res['status']})")
-script = work / "user" / "run_grpo.sh"
-backup = Path(res["backup"]) if res.get("backup") else None
-check(backup is not None and backup.read_bytes() == (work / "original.sh").read_bytes(),
-      f"backup {backup} is byte-identical to the original script")
-text = script.read_text()
-check("# >>> tilake scan: profiler block" in text and "# >>> tilake scan: dump block" in text,
-      "the script keeps both injected blocks")
-check(json.loads((work / "rescan.json").read_text())["diff"] == "", "a second scan --dump plans no change (idempotent)")
+check = Checks(sys.argv[1])
+work, res = check.work, check.res
+check.scan_basics(["profiler block", "dump block"], "scan --dump")
 d = res.get("dump") or {}
 rounds = d.get("rounds") or []
 check(len(rounds) >= 1, f"collection rounds recorded ({len(rounds)})")
@@ -171,6 +114,6 @@ print(f"figures: rounds {len(rounds)} (stub rounds {len(stubbed)}, --max-rounds 
       f"{wall} s in all (collection runs: {walls}; drivers' own {d.get('wall_s')} s incl. analyses); dumps "
       f"{sum(sum(r['bytes'].values()) for r in rounds) / 2**20:.1f} MiB; peak used memory {peak / 2**20:.1f} GiB "
       f"(machine, {base / 2**20:.1f} GiB before the scan)")
-sys.exit(1 if fails else 0)
+check.exit()
 EOF
 echo "e2e: passed ($WORK)"
