@@ -237,7 +237,7 @@ def run_dump_rounds(collect: Collector, work: Path, report_dir: Path, *, max_rou
     for old in work.glob("round*"):
         if old.is_dir():
             shutil.rmtree(old)
-    card = {k: v for k, v in dict(card or {}).items()}
+    card = dict(card or {})
     records: List[RoundRecord] = []
     pairs: List[Tuple[Path, Path]] = []
     logged: Dict[str, Any] = {}
@@ -273,7 +273,7 @@ def run_dump_rounds(collect: Collector, work: Path, report_dir: Path, *, max_rou
                           instr.get("isolate_boundary", {}).get("name") if k else None, rec_cfg)
         out = rd / "analysis"
         summ = run_analyze(pairs[0][0], pairs[0][1], out, map_name=map_name, rounds=pairs[1:],
-                           card={k: v for k, v in card.items() if k != "collection"},
+                           card={key: v for key, v in card.items() if key != "collection"},
                            logprob_json=lp, charts=False, show_progress=False, rl_step=rl_step)
         src = _source(out)
         rinfo = (src.get("rounds") or [{}])[-1]
@@ -318,7 +318,7 @@ def run_dump_rounds(collect: Collector, work: Path, report_dir: Path, *, max_rou
            "rounds": [{"round": r.round, "dir": r.dir, "target_side": r.target_side, "isolates": r.isolates,
                        "verified": r.verified, "outcome": r.outcome, "wall_s": r.wall_s, "note": r.note}
                       for r in records],
-           "logged_mismatch": {k: v for k, v in logged.items()}}
+           "logged_mismatch": dict(logged)}
     final = run_analyze(pairs[0][0], pairs[0][1], Path(report_dir), map_name=map_name, rounds=pairs[1:], card=card,
                         logprob_json=lp, lake_path=lake_path, run_id=run_id, build=build and run_id is not None,
                         charts=charts, show_progress=False, rl_step=rl_step, collection=how)

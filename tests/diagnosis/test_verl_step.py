@@ -103,3 +103,43 @@ def test_verls_logged_mismatch_sits_beside_the_verdict(step):
     lp = src["results"]["prefill_logprob_diff"]
     assert lp["status"] == "nonzero" and lp["max"] == pytest.approx(7.00982e-4, rel=1e-5)
     assert lvd["status"] == LoggedVsDump.CONSISTENT and "L0.q_after_rope" in lvd["text"]
+
+
+def test_the_dumped_logits_do_not_hold_the_gap_verl_logs(step, tmp_path):
+    """The logits are in the dumps at API level (both sides' last ``Functional.linear``: HF's lm_head over the 41
+    rows, vLLM's over the sampled position): the sampled token's probability differs by < 1e-6 between them, about
+    a thousandth of the |p_actor - p_rollout| verl logs for the same step (7.0e-4, which with its k3_kl 0.0434 and
+    log_ppl_diff 0.310 means a 0.31-nat log-prob gap). The logged gap is not carried by the dumped forward."""
+    import math
+
+    import torch
+
+    _, logged, _ = step
+    root = tmp_path / "x"
+    with tarfile.open(DATA) as tf:
+        tf.extractall(root, filter="data") if hasattr(tarfile, "data_filter") else tf.extractall(root)
+    t = root / "verl_step" / "round0" / "train" / "step0" / "rank0"
+    i = root / "verl_step" / "round0" / "infer" / "step0" / "rank0"
+    dt, di = (json.loads((p / "dump.json").read_text())["data"] for p in (t, i))
+
+    def last_linear(d):
+        return max((k for k in d if k.startswith("Functional.linear.")), key=lambda k: int(k.split(".")[2]))
+
+    def pt(folder, name):
+        return torch.load(folder / "dump_tensor_data" / name, weights_only=True)
+
+    kt, ki = last_linear(dt), last_linear(di)
+    assert torch.equal(pt(t, f"{kt}.input.1.pt"), pt(i, f"{ki}.input.1.pt"))    # the same lm_head weight, bf16
+    logits_t = pt(t, f"{kt}.output.0.pt")[0].float()       # [41, vocab]
+    logits_i = pt(i, f"{ki}.output.0.pt")[0].float()       # [vocab]: the sampled (last prompt) position
+    emb = next(k for k in dt if k.startswith("Module.model.embed_tokens"))
+    tok = int(pt(t, dt[emb]["input_args"][0]["data_name"]).flatten()[40])   # the response token the rollout sampled
+    lp_t = torch.log_softmax(logits_t[39], -1)[tok].item()
+    lp_i = torch.log_softmax(logits_i, -1)[tok].item()
+    dumped = abs(math.exp(lp_t) - math.exp(lp_i))
+    assert abs(lp_t - lp_i) < 1e-3 and dumped < 1e-6
+    assert logged["training/rollout_probs_diff_max"] > 500 * dumped
+    # verl's three figures agree with one another: p_actor - p_rollout = 7.0e-4 at p_rollout = exp(lp_i)
+    r = math.log(math.exp(lp_i) + logged["training/rollout_probs_diff_max"]) - lp_i
+    assert r == pytest.approx(logged["rollout_corr/log_ppl_diff"], rel=1e-2)
+    assert math.exp(-r) - 1 + r == pytest.approx(logged["rollout_corr/k3_kl"], rel=1e-2)
