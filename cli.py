@@ -231,7 +231,10 @@ def example(out_dir, lang, lake_path, with_dump, backend, as_json):
               help="json: the parsed config, checks and outcome as one JSON document on stdout (tables on stderr).")
 @click.option("--profiler", type=click.Choice(["npu", "torch"]), default="npu", show_default=True, help="npu: torch_npu on an Ascend host; torch: verl's PyTorch profiler (GPU or CPU host).")
 @RL_STEP_OPTION
-def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, fmt, profiler, rl_step):
+@click.option("--dump", is_flag=True, help="Also msprobe dumps of one request's prefill on both sides (verl precision_debugger + tilake's rollout hook), analysed into the same run, with stub rounds that run themselves (docs/scan.md).")
+@click.option("--max-rounds", type=click.IntRange(min=0), default=3, show_default=True, help="With --dump: stub rounds at most (each one more run of the script).")
+def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, fmt, profiler, rl_step,
+             dump, max_rounds):
     """Run an RL launch script with the profiler on and report train-vs-infer operator differences.
 
     Stages: parse + environment check + backup, add the profiler block, run the whole script, find (NPU: analyse() with
@@ -240,7 +243,7 @@ def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang,
 
     sys.exit(cli_scan(script, from_output=from_output, lake=_lake(lake_path), run_id=run_id, out_dir=out_dir, lang=lang,
                       dry_run=dry_run, timeout_s=timeout_s, script_args=script_args, fmt=fmt, profiler=profiler,
-                      rl_step=rl_step, ray=cli_context().ray))
+                      rl_step=rl_step, ray=cli_context().ray, dump=dump, max_rounds=max_rounds))
 
 
 # --- runs / sql / trend (across runs) --------------------------------------------------------

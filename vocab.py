@@ -123,6 +123,21 @@ class RoundOutcome(Word):
     PENDING = "pending"
 
 
+class RoundsStop(Word):
+    """Why ``tilake scan --dump`` stopped collecting stub rounds (``tilake_dump_rounds.json`` ``stop``)."""
+    NO_STUB_NEEDED = "no_stub_needed"
+    NOT_ISOLABLE = "not_isolable"
+    STUB_NOT_EFFECTIVE = "stub_not_effective"
+    MAX_ROUNDS = "max_rounds"
+
+
+class LoggedVsDump(Word):
+    """The RL framework's logged train–rollout mismatch of the dumped step against the dump's verdict."""
+    CONSISTENT = "consistent"
+    CONTRADICTION = "contradiction"
+    EVIDENCE_MISSING = EVIDENCE_MISSING
+
+
 class Verdict(Word):
     """The dump analysis' verdict (``report_source.json`` ``verdict``)."""
     EXACT = "exact"

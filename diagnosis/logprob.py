@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from tilake.errors import TilakeError
 from tilake.lake.dump_records import MeasuredLogprob
+from tilake.vocab import BoundaryStatus
 
 
 def _no_constants(name: str) -> Any:
@@ -78,9 +79,18 @@ def logprob_findings(logprob: Dict[str, Any], rows: List[dict]) -> List[str]:
     """Inconsistencies between a measured log-prob diff and the compared boundaries.
 
     A measured max of 0 while a logits boundary differs at logic level cannot both be right (the
-    log-probs are a function of the logits): one of the measurements is not of this pair.
+    log-probs are a function of the logits): one of the measurements is not of this pair. Nor can a
+    nonzero measured diff while every compared boundary is bitwise EXACT: a contradiction, said with the
+    boundaries that could not be compared (where the difference may hide).
     """
     out = []
+    if (logprob.get("max") or 0) > 0 and rows and all(r.get("status") == BoundaryStatus.EXACT for r in rows):
+        rest = [r["boundary"] for r in rows if r.get("round", 0) == 0]
+        out.append(f"contradiction: the measured log-prob diff is nonzero (max {logprob['max']:.4g}, source "
+                   f"{logprob.get('source', 'user-supplied')}) but all {len(rows)} compared boundaries are bitwise "
+                   f"EXACT (last compared: {rest[-1] if rest else rows[-1]['boundary']}); the dumps do not hold the "
+                   "difference the log-probs show: another request, another forward, or a step after the last "
+                   "compared boundary")
     if logprob.get("max") == 0:
         bad = [r["boundary"] for r in rows if r.get("class") == "logic-level"
                and (r["boundary"] == "logits" or str(r["boundary"]).endswith(".logits"))]

@@ -13,85 +13,26 @@
 #   TILAKE=/path/to/tilake SHARED=/path/to/shared E2E_WORK=/tmp/e2e e2e/verl_cpu.sh
 # Prints figures (wall s, ops per side, peak used memory) and exits 0 only when every check passes.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SHARED=${SHARED:-$ROOT/../shared}
-TILAKE=${TILAKE:-tilake}
-VC="$SHARED/verl-cpu"
-[ -f "$VC/run_grpo.sh" ] || { echo "error: $VC/run_grpo.sh not found (set SHARED to the shared folder)" >&2; exit 2; }
-command -v "$TILAKE" >/dev/null || { echo "error: $TILAKE not on PATH (set TILAKE)" >&2; exit 2; }
-PY=${TILAKE_PYTHON:-$(dirname "$(command -v "$TILAKE")")/python}
-[ -x "$PY" ] || PY=python3
-WORK=${E2E_WORK:-$(mktemp -d -t tilake-e2e-verl-XXXXXX)}
-mkdir -p "$WORK"
-echo "e2e: work folder $WORK"
+# shellcheck source=e2e/verl_cpu_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/verl_cpu_common.sh"
+# 1-2. the verl-cpu venv and assets, the user's writable copy of run_grpo.sh; peak used memory from here on
+e2e_prepare tilake-e2e-verl
+e2e_sample_memory
 
-# 1. the verl-cpu venv and assets (idempotent: a finished venv is reused)
-t0=$(date +%s)
-"$VC/setup.sh"
-echo "e2e: setup $(( $(date +%s) - t0 )) s"
-
-# 2. the user's launch script: a writable copy of run_grpo.sh (the shared folder is read-only)
-rm -rf "$WORK/user" "$WORK/lake" "$WORK/report"
-mkdir -p "$WORK/user" "$WORK/report"
-cp "$VC/run_grpo.sh" "$WORK/user/run_grpo.sh"
-chmod u+w "$WORK/user/run_grpo.sh"
-cp "$WORK/user/run_grpo.sh" "$WORK/original.sh"
-export VERLCPU_PLUGIN="$VC/plugin"
-export VERLCPU_RUNS="$WORK/runs"
-
-# peak used memory of the machine while the scan runs (sampled every 2 s; MemTotal - MemAvailable)
-PEAK="$WORK/peak_used_kb"
-echo 0 > "$PEAK"
-( while :; do
-    used=$(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{print t-a}' /proc/meminfo)
-    [ "$used" -gt "$(cat "$PEAK")" ] && echo "$used" > "$PEAK"
-    sleep 2
-  done ) &
-SAMPLER=$!
-trap 'kill "$SAMPLER" 2>/dev/null || true' EXIT
-base_kb=$(awk '/MemTotal/{t=$2}/MemAvailable/{a=$2}END{print t-a}' /proc/meminfo)
-
-# 3. the scan (stages 1-5)
-t1=$(date +%s)
-set +e
-"$TILAKE" scan --profiler torch --lake "$WORK/lake" --out "$WORK/report" --lang en --format json \
-    "$WORK/user/run_grpo.sh" > "$WORK/scan.json" 2> "$WORK/scan.console"
-rc=$?
-set -e
-wall=$(( $(date +%s) - t1 ))
-kill "$SAMPLER" 2>/dev/null || true
-echo "e2e: tilake scan exit status $rc after $wall s (console: $WORK/scan.console)"
-if [ "$rc" -ne 0 ]; then
-    tail -40 "$WORK/scan.console" >&2
-    exit 1
-fi
-
-# 4. idempotency: a second dry run leaves the script alone
-"$TILAKE" scan --profiler torch --dry-run --lake "$WORK/lake" --format json "$WORK/user/run_grpo.sh" \
-    > "$WORK/rescan.json" 2> "$WORK/rescan.console"
+# 3-4. the scan (stages 1-5), then a second dry run that must leave the script alone
+e2e_scan
 
 # 5. the checks
-WALL=$wall PEAK_KB=$(cat "$PEAK") BASE_KB=$base_kb "$PY" - "$WORK" <<'EOF'
-import json, os, sys
+WALL=$wall PEAK_KB=$(cat "$PEAK") BASE_KB=$base_kb E2E_DIR="$(dirname "${BASH_SOURCE[0]}")" "$PY" - "$WORK" <<'EOF'
+import os, sys
 from pathlib import Path
 import duckdb
+sys.path.insert(0, os.environ["E2E_DIR"])
+from verl_cpu_checks import Checks
 
-work = Path(sys.argv[1])
-res = json.loads((work / "scan.json").read_text())
-fails = []
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        fails.append(what)
-
-check(res["status"] == "ok", f"scan status ok (got {res['status']})")
-script = work / "user" / "run_grpo.sh"
-backup = Path(res["backup"]) if res.get("backup") else None
-check(backup is not None and backup.is_file() and backup.read_bytes() == (work / "original.sh").read_bytes(),
-      f"backup {backup} is byte-identical to the original script")
-check("# >>> tilake scan: profiler block" in script.read_text(), "the script keeps the injected profiler block")
-re_scan = json.loads((work / "rescan.json").read_text())
-check(re_scan["diff"] == "", "a second scan plans no change (idempotent)")
+check = Checks(sys.argv[1])
+work, res = check.work, check.res
+check.scan_basics(["profiler block"], "scan")
 out = Path(res["output_dir"])
 check((out / "run.log").is_file(), f"run log kept at {out / 'run.log'}")
 check((out / "tilake_scan_stage3.json").is_file(), "stage-3 record written")
@@ -117,6 +58,6 @@ wall, peak, base = int(os.environ["WALL"]), int(os.environ["PEAK_KB"]), int(os.e
 print(f"figures: wall {wall} s; ops per side train {ops.get('train')} / infer {ops.get('infer')}; comparison rows "
       f"{rows}{'' if both is None else f' ({both} on both sides)'}; peak used memory {peak / 2**20:.1f} GiB "
       f"(machine, {base / 2**20:.1f} GiB before the scan)")
-sys.exit(1 if fails else 0)
+check.exit()
 EOF
 echo "e2e: passed ($WORK)"

@@ -114,6 +114,37 @@ class TaskCard(TypedDict, total=False):
     canonical: List[Dict[str, Any]]
     # token rows / layers seen per side and where they were read
     observed: Dict[str, Any]
+    # how the dumps were collected (tilake scan --dump): rounds and why they stopped
+    collection: "Collection"
+
+
+class CollectionRound(TypedDict):
+    """One collection run of ``tilake scan --dump`` as the task card records it."""
+
+    round: int
+    dir: str
+    # the side msprobe ``load`` overrode (None in round 0) and the boundary it isolates
+    target_side: Optional[str]
+    isolates: Optional[str]
+    # the stubbed inputs bitwise equal to their source (None in round 0)
+    verified: Optional[bool]
+    outcome: Optional[str]
+    wall_s: float
+    note: str
+
+
+class Collection(TypedDict):
+    """``task_card.collection``: how ``tilake scan --dump`` collected the rounds (also in ``dump_runs.task_card``)."""
+
+    method: str
+    rounds_collected: int
+    max_rounds: int
+    # tilake.vocab.RoundsStop and one line
+    stop: str
+    stop_reason: str
+    rounds: List[CollectionRound]
+    # verl's logged mismatch of the dumped step: metric → value (None: NaN), and "source"
+    logged_mismatch: Dict[str, Union[float, str, None]]
 
 
 # one activation boundary of one round as report_source.json lists it (every key present; None when not

@@ -20,7 +20,15 @@ from tilake.diagnosis.outputs import UNKNOWN
 from tilake.diagnosis.suggest import exit_status
 from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
-from tilake.lake.dump_records import DumpJoin, DumpPoint, DumpSummary, Pairing, ProbeReport, TaskCard
+from tilake.lake.dump_records import (
+    Collection,
+    DumpJoin,
+    DumpPoint,
+    DumpSummary,
+    Pairing,
+    ProbeReport,
+    TaskCard,
+)
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import build_swapped
 from tilake.models.boundary_maps import BoundaryMap
@@ -133,7 +141,8 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
                 request_index: Optional[int] = None, cu_seqlens: Optional[Sequence[int]] = None,
                 logprob_json: Optional[Path] = None, lake_path: Optional[Path] = None,
                 run_id: Optional[str] = None, build: bool = False, charts: bool = True,
-                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None) -> DumpSummary:
+                show_progress: bool = True, request_tokens: Optional[Tuple[int, int]] = None,
+                rl_step: Optional[int] = None, collection: Optional[Collection] = None) -> DumpSummary:
     """Analyse a pair (+ stub rounds) and write every output. Returns the :class:`DumpSummary`.
 
     Args:
@@ -143,6 +152,11 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
         run_id: also write the analysis into the lake (``lake_path``); ``build``: then build the
             dump marts through the warehouse door (:func:`tilake.lake.warehouse.build_swapped`).
             The lake's door (:meth:`Lake.writing`) is held once, from the lake write to the build.
+        rl_step: the RL step the dumps were collected at (verl's precision tool writes ``step_<N>/<stage>/`` and
+            msprobe its own counter ``step0`` under it): written as the task card's ``dumps.<side>.step`` (the
+            step the profile ⋈ dump join matches), msprobe's counter kept as ``msprobe_step``; None: msprobe's.
+        collection: how the dumps were collected (``tilake scan --dump``: rounds, stop reason), kept as the task
+            card's ``collection`` (in ``task_card.json``, ``report_source.json`` and the lake's ``dump_runs``).
     Raises:
         TilakeError: bad dumps, bad map, bad options (``build`` without ``run_id``), lake busy,
         dbt failure.
@@ -154,6 +168,11 @@ def run_analyze(train: Path, infer: Path, out_dir: Path, *, map_name: str = "aut
     bmap, map_note = resolve_map(map_name, Path(train), Path(infer), pairing)
     rins = [A.RoundInput(Path(train), Path(infer))] + [A.RoundInput(Path(a), Path(b)) for a, b in rounds]
     card = task_card_of(rins[0], bmap, pairing, card)
+    if rl_step is not None:
+        for side in card["dumps"].values():
+            side["msprobe_step"], side["step"] = side["step"], int(rl_step)
+    if collection:
+        card["collection"] = collection
     lake = Lake(lake_path) if run_id else None
     with contextlib.ExitStack() as held:
         if lake is not None:   # first: a read-only or busy lake is said before the analysis, not after it

@@ -44,6 +44,7 @@ from tilake.ingest.scan.inject import (
     backup_script,
     check_writable,
     fs_read_only,
+    plan_dump_injection,
     plan_injection,
     unified_diff,
     write_script,
@@ -54,7 +55,8 @@ from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
-from tilake.pipeline.scan_print import config_view, stage1_json, stage3_view, write_skipped_report
+from tilake.pipeline.scan_dump import msprobe_fix, scan_dump_phase
+from tilake.pipeline.scan_print import config_view, result_json, stage3_view, write_skipped_report
 from tilake.reports.json_out import emit_json
 from tilake.reports.scan_console import ScanConsole, escape
 from tilake.vocab import Evidence, ExitCode
@@ -92,6 +94,7 @@ class ScanResult:
     csv_path: Optional[Path] = None
     grade_counts: Dict[str, int] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
+    dump: Any = None   # --dump: the rounds and their final analysis (tilake.pipeline.scan_dump.DumpRounds)
 
     def to_json(self) -> Dict[str, Any]:   # the `tilake scan --format json` document (result_json)
         return result_json(self)
@@ -175,7 +178,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
          lang: str = "zh", script_args: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
          seam: Optional[NpuSeam] = None, console: Any = None, timeout_s: Optional[float] = None,
          dry_run: bool = False, progress: bool = True, profiler: str = "npu",
-         rl_step: Optional[int] = None, ray: Optional[str] = None) -> ScanResult:
+         rl_step: Optional[int] = None, ray: Optional[str] = None, dump: bool = False,
+         max_rounds: int = 3) -> ScanResult:
     """Run all five stages on ``script``.
 
     ``profiler="torch"`` (verl ``global_profiler.tool=torch``, a GPU or CPU host): the environment is checked with
@@ -192,6 +196,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
         timeout_s: kill the RL run after this long. dry_run: stages 1–2 only, nothing written.
         profiler: ``npu`` (torch_npu, default) or ``torch``. rl_step: with several profiled RL steps, the one
             to ingest. ray: ingest on Ray (:func:`tilake.pipeline.profile.captures_for`).
+        dump / max_rounds: also the dump block and, after the profiled run, the collection rounds of
+            :func:`tilake.pipeline.scan_dump.scan_dump_phase` (at most ``max_rounds`` stub rounds).
         console: a :class:`~tilake.reports.scan_console.ScanConsole` or a rich ``Console`` (default: stdout).
     Returns:
         :class:`ScanResult`.
@@ -206,6 +212,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     out_dir = Path(out_dir or ".")
 
     # ---- stage 1: parse, check, back up
+    if dump:   # the dump analysis reads .pt tensors: a missing torch is one error line, before anything
+        import torch  # noqa: F401
     parsed = parse_script(script, env=env, args=script_args)
     rid = validate_run_id(run_id or parsed.run_id())
     res = ScanResult(rid, "dry_run" if dry_run else "running", parsed)
@@ -213,7 +221,7 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     if profiler not in ("npu", "torch"):
         raise TilakeError(f"--profiler must be npu or torch, not {profiler!r}")
     if profiler == "torch":
-        probe = _torch_probe(parsed, env, script_args, res, console)
+        probe = _torch_probe(parsed, env, script_args, res, console, dump)
     else:
         program = parsed.launch.program
         python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
@@ -236,8 +244,9 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
 
     # ---- stage 2 plan (needed for the output folder)
     stamp = datetime.now()
-    plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"),
-                          backup_name=f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}", tool=profiler)
+    bak = f"{parsed.path.name}.bak_{stamp.strftime('%Y%m%d_%H%M')}"
+    plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=bak, tool=profiler)
+    plan = plan_dump_injection(parsed, plan, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=bak) if dump else plan
     if plan.refused:
         if not dry_run:
             raise ScanStopped(f"stage 2 stopped: {plan.refused}; nothing was written", path=parsed.path)
@@ -266,13 +275,16 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     # ---- stage 2: inject
     if plan.changed:
         plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name, tool=profiler)
+        plan = plan_dump_injection(parsed, plan, stamp.strftime("%Y-%m-%d %H:%M"), backup.name) if dump else plan
         res.diff = unified_diff(backup.read_text(encoding="utf-8"), plan.new_text, backup.name, parsed.path.name)
         write_script(parsed.path, plan.new_text)
         check = parse_script(parsed.path, env=env, args=script_args)
-        if not check.profiler["present"] or not any("PROFILER[" in w.raw for w in check.launch.words):
+        arrays = ["PROFILER["] + (["TILAKE_DUMP["] if dump else [])
+        if not check.profiler["present"] or not all(any(a in w.raw for w in check.launch.words) for a in arrays):
             write_script(parsed.path, backup.read_bytes().decode("utf-8"))     # put the original back
-            raise ScanStopped("the profiler block did not reach the launch command; the script was restored "
-                              f"from {backup.name}", path=parsed.path, hint="add the PROFILER block by hand")
+            raise ScanStopped(f"the {' and '.join(a[:-1] for a in arrays)} block did not reach the launch command; "
+                              f"the script was restored from {backup.name}", path=parsed.path,
+                              hint="add the PROFILER block by hand")
         parsed = res.parsed = check
         console.panel(plan.reason, "stage 2 · profiler block")
         console.diff(res.diff)
@@ -320,21 +332,27 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     meta = run_meta(parsed, probe, st, collection, tags)
     # the environment the script ran with: its switches, unless the script sets them itself
     meta["settings"] = {**settings_from_env(env or {}), **(meta.get("settings") or {})}
-    return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
+    res = _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
+    if dump:   # collection runs of one request after the profiled one, into the same run id
+        res.dump = scan_dump_phase(parsed, script_args, env, lake.root, rid, output_dir, out_dir, console, progress,
+                                   timeout_s, max_rounds, res.report_path)
+    return res
 
 
 def _torch_probe(parsed: ParsedScript, env: Mapping[str, str], script_args: Sequence[str], res: ScanResult,
-                 console: ScanConsole) -> NpuProbe:
+                 console: ScanConsole, dump: bool = False) -> NpuProbe:
     """Stage 1b for ``--profiler torch``: the script's own interpreter after its preamble; fills ``res.checks``."""
     words = [w.raw for w in parsed.launch.words]
     idx = next((k for k, w in enumerate(words) if w == "-m"), 0) + 1
     interp = interpreter_words(words, idx)
-    modules = default_modules(str(parsed.config.get("infer_backend", UNKNOWN)))
+    modules = default_modules(str(parsed.config.get("infer_backend", UNKNOWN))) + (["msprobe"] if dump else [])
     with console.status(f"stage 1 · replaying the script's preamble, then `{interp} -c 'import "
                         f"{', '.join(modules)}'` …"):
         se = probe_script_env(parsed.path, parsed.text, parsed.launch.words[0].start, interp, modules, env,
                               script_args)
     res.checks = check_environment_torch(parsed, se, modules, env)
+    if dump:
+        msprobe_fix(res.checks)
     pkgs = {k: v for k, v in se.modules.items() if k != "torch"}
     return NpuProbe(seam="torch.profiler", real=True, python=se.python, torch=se.modules.get("torch"),
                     packages=pkgs)
@@ -457,25 +475,10 @@ def scan_from_output(output_dir: Path, lake: Lake, *, run_id: Optional[str] = No
     return _stages_4_5(res, st, output_dir, lake, rid, out_dir, meta, lang, console, progress, rl_step, ray)
 
 
-def result_json(res: ScanResult) -> Dict[str, Any]:
-    """A scan's outcome as plain data (``tilake scan --format json``): stage 1 in full, the checks,
-    the planned or applied diff, and the outputs (paths as strings, None when not written)."""
-    def opt(p: Optional[Path]) -> Optional[str]:
-        return None if p is None else str(p)
-
-    return {"run_id": res.run_id, "status": res.status,
-            "stage1": stage1_json(res.parsed) if res.parsed is not None else None,
-            "checks": [{"name": c.name, "ok": c.ok, "required": c.required, "found": c.detail, "fix": c.fix}
-                       for c in res.checks],
-            "diff": res.diff, "backup": opt(res.backup), "output_dir": opt(res.output_dir),
-            "report": opt(res.report_path), "csv": opt(res.csv_path), "grade_counts": res.grade_counts,
-            "warnings": res.warnings}
-
-
 def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake: Lake, run_id: Optional[str] = None,
              out_dir: Path = Path("."), lang: str = "zh", dry_run: bool = False, timeout_s: Optional[float] = None,
              script_args: Sequence[str] = (), fmt: str = "text", profiler: str = "npu", rl_step: Optional[int] = None,
-             ray: Optional[str] = None) -> int:
+             ray: Optional[str] = None, dump: bool = False, max_rounds: int = 3) -> int:
     """Body of ``tilake scan`` (kept here so ``cli.py`` stays thin). Returns the exit status:
     0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2).
     ``fmt="json"``: the tables go to stderr and :func:`result_json` is written to stdout."""
@@ -485,8 +488,8 @@ def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake
         raise TilakeError(f"--format must be text or json, not {fmt!r}")
     console = ScanConsole(stderr=fmt == "json")
     if from_output is not None:
-        if dry_run or script_args:
-            raise TilakeError("--from-output runs stages 4–5 only: --dry-run and script arguments do not apply")
+        if dry_run or script_args or dump:
+            raise TilakeError("--from-output runs stages 4–5 only: --dry-run, --dump and script arguments do not apply")
         res = scan_from_output(from_output, lake, run_id=run_id, out_dir=out_dir, lang=lang, script=script,
                                console=console, progress=fmt == "text", rl_step=rl_step, ray=ray)
     else:
@@ -494,7 +497,7 @@ def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake
             raise TilakeError("give the RL launch script (tilake scan run_qwen3.sh) or --from-output DIR")
         res = scan(script, lake, run_id=run_id, out_dir=out_dir, lang=lang, script_args=script_args,
                    timeout_s=timeout_s, dry_run=dry_run, console=console, progress=fmt == "text", profiler=profiler,
-                   rl_step=rl_step, ray=ray)
+                   rl_step=rl_step, ray=ray, dump=dump, max_rounds=max_rounds)
     if fmt == "json":
         emit_json(result_json(res))
     return ExitCode.SCAN_SKIPPED if res.status == "comparison_skipped" else ExitCode.DONE

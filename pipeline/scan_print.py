@@ -129,3 +129,19 @@ def write_skipped_report(st: Stage3, out_dir: Path, *, run_id: str, meta: Dict[s
     """Seed fallback 3: the report when no comparison is possible (:func:`skipped_report_facts`, rendered by
     :func:`tilake.reports.scan_console.write_skipped_report`); returns its path."""
     return _write_report(skipped_report_facts(st, run_id, meta), Path(out_dir), lang)
+
+
+def result_json(res: Any) -> Dict[str, Any]:
+    """A scan's outcome (a :class:`tilake.pipeline.scan.ScanResult`) as plain data (``tilake scan --format json``):
+    stage 1 in full, the checks, the planned or applied diff, the outputs (paths as strings, None when not written)
+    and, with ``--dump``, the collection rounds (``dump``: :meth:`tilake.pipeline.scan_dump.DumpRounds.to_dict`)."""
+    def opt(p: Optional[Path]) -> Optional[str]:
+        return None if p is None else str(p)
+
+    return {"run_id": res.run_id, "status": res.status,
+            "stage1": stage1_json(res.parsed) if res.parsed is not None else None,
+            "checks": [{"name": c.name, "ok": c.ok, "required": c.required, "found": c.detail, "fix": c.fix}
+                       for c in res.checks],
+            "diff": res.diff, "backup": opt(res.backup), "output_dir": opt(res.output_dir),
+            "report": opt(res.report_path), "csv": opt(res.csv_path), "grade_counts": res.grade_counts,
+            "warnings": res.warnings, **({"dump": res.dump.to_dict()} if res.dump is not None else {})}

@@ -189,6 +189,7 @@ class InjectionPlan:
         output_dir_expr: the ``PROFILER_OUTPUT_DIR`` default written into the block.
         block: the inserted block text ("" when not changed).
         refused: why the scan must not run this script as it is (the launch inside a loop), else "".
+        arg: the text appended to the launch command's arguments ("" when not changed).
     """
 
     changed: bool
@@ -197,6 +198,7 @@ class InjectionPlan:
     output_dir_expr: str
     block: str
     refused: str = ""
+    arg: str = ""
 
 
 def plan_injection(parsed: ParsedScript, stamp: Optional[str] = None,
@@ -225,12 +227,8 @@ def plan_injection(parsed: ParsedScript, stamp: Optional[str] = None,
     if parsed.profiler["present"] and not parsed.profiler.get("off"):
         return InjectionPlan(False, "the script already has a profiler configuration ("
                              + "; ".join(parsed.profiler["evidence"]) + ")", text, default_dir, "")
-    nl = "\r\n" if "\r\n" in text else "\n"
+    nl, line_start, indent = _anchor(parsed)
     launch = parsed.launch
-    first = launch.words[0]
-    line_start = text.rfind("\n", 0, first.start) + 1
-    indent = text[line_start:first.start]
-    indent = indent if indent.strip() == "" else ""
     note = f" (added {stamp or datetime.now().strftime('%Y-%m-%d %H:%M')}"
     note += f"; original kept as {backup_name})" if backup_name else ")"
     lines = [
@@ -247,16 +245,131 @@ def plan_injection(parsed: ParsedScript, stamp: Optional[str] = None,
         BLOCK_END,
     ]
     block = "".join(f"{indent}{ln}{nl}" if ln else nl for ln in lines)
-    if launch.insert_indent is not None:
-        arg = f" \\{nl}{launch.insert_indent}\"${{PROFILER[@]}}\""
-    else:
-        arg = ' "${PROFILER[@]}"'
+    arg = _array_arg(parsed, "PROFILER", nl)
     at = launch.insert_at
     new_text = text[:line_start] + block + text[line_start:at] + arg + text[at:]
     why = ("the script's own profiler block is off (global_profiler.steps=null): tilake's block is inserted before "
            f"line {launch.line} and passed after it, so its keys win" if parsed.profiler.get("off") else
            f"no profiler configuration found: block inserted before line {launch.line}")
-    return InjectionPlan(True, why, new_text, default_dir, block)
+    return InjectionPlan(True, why, new_text, default_dir, block, arg=arg)
+
+
+def _anchor(parsed: ParsedScript) -> Tuple[str, int, str]:
+    """``(newline, offset of the launch command's line, its indent)``: where a block goes."""
+    text = parsed.text
+    nl = "\r\n" if "\r\n" in text else "\n"
+    first = parsed.launch.words[0]
+    line_start = text.rfind("\n", 0, first.start) + 1
+    indent = text[line_start:first.start]
+    return nl, line_start, (indent if indent.strip() == "" else "")
+
+
+def _array_arg(parsed: ParsedScript, name: str, nl: str) -> str:
+    """The text appended to the launch command's arguments for ``"${NAME[@]}"`` (its own line when the command
+    has one argument per line)."""
+    ind = parsed.launch.insert_indent
+    return f" \\{nl}{ind}\"${{{name}[@]}}\"" if ind is not None else f' "${{{name}[@]}}"'
+
+
+# ------------------------------------------------------------------------------ dump block (tilake scan --dump)
+DUMP_BEGIN = "# >>> tilake scan: dump block"
+
+#: the verl stage whose forward verl's precision tool dumps on the training side (verl >= 0.9
+#: ``precision_debugger_profile.py`` ``_STAGE_TO_ROLE``): the actor's log-prob forward of the rollout's tokens
+DUMP_STAGE = "actor_compute_log_prob"
+
+#: the seed of the collection runs (vLLM's sampling of the one response token; the prompt is the dataset's first)
+DUMP_SEED = 42
+
+
+def dump_args(dir_expr: str = "${TILAKE_DUMP_DIR}") -> List[str]:
+    """The verl overrides of the injected ``TILAKE_DUMP`` array (as written in the script), passed after
+    ``PROFILER`` so its keys win.
+
+    Training prefill: verl's own precision tool (verl 0.9.1 ``global_profiler.tool=precision_debugger``; its
+    ``PrecisionDebuggerProfiler`` writes ``{save_path}/step_{N}/{stage}/`` and msprobe ``step0/rank{r}/`` under it),
+    on stage :data:`DUMP_STAGE` only, with an msprobe ``config.json`` tilake writes (``msprobe_train.json``:
+    task tensor, level mix; on a stub round the one ``tilake dumps stub-prepare`` wrote, with ``load``);
+    ``strict=True`` so a missing msprobe stops the run instead of dumping nothing. The same request on both sides:
+    one prompt (``data.train_batch_size=1``, no shuffle: the dataset's first), ``rollout.n=1``, response length 1
+    (the rollout runs the prefill and samples one token; the actor's log-prob forward holds the prompt + that
+    token), fixed seeds, no validation before training (its generation would be the first prefill), one step.
+    Every key is in verl 0.9.1's ``ppo_trainer`` config.
+    """
+    d = dir_expr
+    return ["global_profiler.tool=precision_debugger", '"global_profiler.steps=[1]"',
+            f'global_profiler.save_path="{d}/train"',
+            f'global_profiler.global_tool_config.precision_debugger.config_path="{d}/msprobe_train.json"',
+            f'"global_profiler.global_tool_config.precision_debugger.stages=[{DUMP_STAGE}]"',
+            "global_profiler.global_tool_config.precision_debugger.strict=True",
+            "actor_rollout_ref.actor.profiler.enable=True",
+            "data.train_batch_size=1", "data.max_response_length=1", "data.shuffle=False", f"data.seed={DUMP_SEED}",
+            "actor_rollout_ref.rollout.n=1", f"actor_rollout_ref.rollout.seed={DUMP_SEED}",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+            "trainer.total_training_steps=1", "trainer.val_before_train=False"]
+
+
+#: what bash passes for the dump block when ``TILAKE_DUMP_DIR`` is set (after quote removal; ``{d}`` = the folder)
+EXPECTED_DUMP_VALUES = {
+    "global_profiler.tool": "precision_debugger",
+    "global_profiler.steps": "[1]",
+    "global_profiler.save_path": "{d}/train",
+    "global_profiler.global_tool_config.precision_debugger.config_path": "{d}/msprobe_train.json",
+    "global_profiler.global_tool_config.precision_debugger.stages": f"[{DUMP_STAGE}]",
+    "global_profiler.global_tool_config.precision_debugger.strict": "True",
+    "actor_rollout_ref.actor.profiler.enable": "True",
+    "data.train_batch_size": "1", "data.max_response_length": "1", "data.shuffle": "False",
+    "data.seed": str(DUMP_SEED), "actor_rollout_ref.rollout.n": "1", "actor_rollout_ref.rollout.seed": str(DUMP_SEED),
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "1",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "1",
+    "trainer.total_training_steps": "1", "trainer.val_before_train": "False",
+}
+
+
+def plan_dump_injection(parsed: ParsedScript, base: InjectionPlan, stamp: Optional[str] = None,
+                        backup_name: Optional[str] = None) -> InjectionPlan:
+    """Add the dump block (``tilake scan --dump``) to ``base`` (the profiler plan of the same ``parsed`` script).
+
+    The block goes before the launch command (after the profiler block) and ``"${TILAKE_DUMP[@]}"`` after
+    ``"${PROFILER[@]}"`` (before a trailing ``"$@"``). It is inert unless ``TILAKE_DUMP_DIR`` is set: the scan
+    sets it (and a scratch ``PROFILER_OUTPUT_DIR``) for its collection runs only, so the profiled run and any run
+    of the script by hand are the profiler-only script. When set, the block puts ``$TILAKE_DUMP_DIR/hook`` (the
+    rollout hook, :mod:`tilake.ingest.scan.tilake_dump_hook`, with its ``vllm.general_plugins`` entry point) on
+    ``PYTHONPATH``, exports the hook's dump folder and msprobe config, and passes :func:`dump_args`. Idempotent:
+    a script that holds the block is left as ``base`` has it.
+
+    Returns:
+        an :class:`InjectionPlan` whose ``new_text`` holds both blocks (``block``: both, ``changed`` when either
+        was added); ``base`` unchanged when it was refused.
+    """
+    if base.refused or DUMP_BEGIN in parsed.text:
+        return base
+    text = parsed.text
+    nl, line_start, indent = _anchor(parsed)
+    note = f" (added {stamp or datetime.now().strftime('%Y-%m-%d %H:%M')}"
+    note += f"; original kept as {backup_name})" if backup_name else ")"
+    lines = [
+        f"{DUMP_BEGIN}{note} >>>",
+        "# msprobe dumps of one request's prefill on both sides; inert unless TILAKE_DUMP_DIR is set (tilake scan",
+        "# --dump sets it for its collection runs): training via verl's precision_debugger, rollout via tilake's hook",
+        "TILAKE_DUMP=()",
+        'if [ -n "${TILAKE_DUMP_DIR:-}" ]; then',
+        '    export PYTHONPATH="${TILAKE_DUMP_DIR}/hook${PYTHONPATH:+:${PYTHONPATH}}"',
+        '    export TILAKE_ROLLOUT_DUMP_DIR="${TILAKE_DUMP_DIR}/infer"',
+        '    export TILAKE_ROLLOUT_MSPROBE_CONFIG="${TILAKE_DUMP_DIR}/msprobe_infer.json"',
+        "    TILAKE_DUMP=(",
+        *[f"        {a}" for a in dump_args()],
+        "    )",
+        "fi",
+        BLOCK_END,
+    ]
+    block = "".join(f"{indent}{ln}{nl}" for ln in lines)
+    arg = _array_arg(parsed, "TILAKE_DUMP", nl)
+    at = parsed.launch.insert_at
+    new_text = text[:line_start] + base.block + block + text[line_start:at] + base.arg + arg + text[at:]
+    why = (base.reason + "; " if base.changed else "") + f"dump block inserted before line {parsed.launch.line}"
+    return InjectionPlan(True, why, new_text, base.output_dir_expr, base.block + block, arg=base.arg + arg)
 
 
 def write_script(script: Path, new_text: str) -> None:
