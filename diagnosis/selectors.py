@@ -200,6 +200,17 @@ def resolve(view: SideView, sel: Optional[dict], side: str) -> Resolved:
     """
     if sel is None:
         raise Unavailable(f"the boundary map has no {side}-side tensor for this boundary")
+    if "any" in sel:   # alternatives, first that resolves (e.g. a module slot, else the API call inside it)
+        reasons = []
+        for alt in sel["any"]:
+            try:
+                r = resolve(view, alt, side)
+            except Unavailable as exc:
+                reasons.append(exc.reason)
+                continue
+            return Resolved(r.side, r.slots, r.combine, r.accumulate, list(r.transforms) + list(sel.get("transforms") or []),
+                            r.description)
+        raise Unavailable("; ".join(dict.fromkeys(reasons)) or f"no {side}-side alternative resolves")
     if "sum" in sel or "concat_last" in sel:
         key = "sum" if "sum" in sel else "concat_last"
         parts = [resolve(view, p, side) for p in sel[key]]
@@ -209,17 +220,25 @@ def resolve(view: SideView, sel: Optional[dict], side: str) -> Resolved:
     io = sel.get("io", "output")
     index = str(sel.get("index", 0))
     if "api" in sel:
-        parent = view.module_entry(sel["parent"], int(sel.get("parent_call", 0)))
-        if parent is None:
-            raise Unavailable(f"{side} dump has no module Module.{sel['parent']}.forward.0 "
-                              f"(parent of {sel['api']})")
-        kids = [k for k in view.dump.children(parent) if view.dump.api_name(k) == sel["api"]]
+        if sel.get("parent") is None:
+            # an API call at the root (no module around it: msprobe under verl dumps neither the model's first nor
+            # its last module, so lm_head's F.linear sits at the root); nth -1 = the last one
+            parent = "the root"
+            kids = sorted((k for k in view.dump.entries if view.dump.api_name(k) == sel["api"]
+                           and view.dump.parents.get(k) is None and ".backward" not in k),
+                          key=lambda k: view.dump.order.get(k, 0))
+        else:
+            parent = view.module_entry(sel["parent"], int(sel.get("parent_call", 0)))
+            if parent is None:
+                raise Unavailable(f"{side} dump has no module Module.{sel['parent']}.forward.0 "
+                                  f"(parent of {sel['api']})")
+            kids = [k for k in view.dump.children(parent) if view.dump.api_name(k) == sel["api"]]
         nth = int(sel.get("nth", 0))
-        if len(kids) <= nth:
+        if not kids or (nth >= 0 and len(kids) <= nth):
             raise Unavailable(f"{side} dump has {len(kids)} {sel['api']} entries under {parent}; "
                               f"the map needs #{nth} (construct.json missing or API not dumped)")
         entry = kids[nth]
-        desc = f"{entry} ({sel['api']} #{nth} under its parent)"
+        desc = f"{entry} ({sel['api']} #{nth} under {'the root' if parent == 'the root' else 'its parent'})"
     elif "parent" in sel:
         parent = view.module_entry(sel["parent"], int(sel.get("parent_call", 0)))
         if parent is None:

@@ -75,9 +75,10 @@ def load_map(name_or_path: str) -> BoundaryMap:
                     raise TilakeError(f"{key}[{i}] ({b['name']}) has no {side!r} selector "
                                       "(write null when that side has no such tensor)", path=p)
                 sel = b[side]
-                if sel is not None and not (isinstance(sel, dict) and ({"module", "api", "sum", "concat_last"} & set(sel))):
-                    raise TilakeError(f"{key}[{i}] ({b['name']}) {side} selector needs module, api, sum or "
-                                      "concat_last", path=p)
+                if sel is not None and not (isinstance(sel, dict) and ({"module", "api", "sum", "concat_last", "any"}
+                                                                        & set(sel))):
+                    raise TilakeError(f"{key}[{i}] ({b['name']}) {side} selector needs module, api, sum, "
+                                      "concat_last or any", path=p)
     data["_path"] = str(p)
     return data
 
