@@ -110,11 +110,15 @@ def select_tokens(dumps: Dict[str, Any], ids: Dict[str, Any], positions: Optiona
             hits = [pos0]
         if len(hits) == 1:
             o, e = hits[0], hits[0] + inf_flat.numel()
-            why = "prefix-cache hit" if o > 0 else "partial prefill"
             how = f"the inference positions start at {pos0}" if pos0 == o else "by token ids"
+            if o > 0:
+                why, what = "prefix-cache hit", f"the inference prefill holds only the {e - o} uncached tokens"
+            else:   # the training forward runs over prompt + response (verl's log-prob pass), the prefill the prompt
+                why, what = "prompt rows", (f"the training forward holds {trf.numel()} tokens, the inference prefill "
+                                            f"the {e - o} prompt tokens (the rest is the response)")
             out["train"] = select_rows(dumps["train"], "train", trf.numel(), o, e,
-                                       f"{why}: training rows {o}–{e - 1} compared ({how}; the inference prefill "
-                                       f"holds only the {e - o} uncached tokens)", detail={"reason": why})
+                                       f"{why}: training rows {o}–{e - 1} compared ({how}; {what})",
+                                       detail={"reason": why})
         else:
             notes.append(f"the inference prefill holds {inf_flat.numel()} tokens, training {trf.numel()}; their ids "
                          f"occur {len(hits)} times in the training ids: pass --request-tokens")
