@@ -17,9 +17,9 @@ from tilake.lake.dump_records import DumpJoin
 from tilake.vocab import Grade, grade_looks
 
 QUERIES = Path(__file__).resolve().parent / "queries"
-ODD_SHOWN = 3
-"""Odd layers the report names one by one (a table); the rest are counted in one line (fct_kernel_layers and
-fct_kernel_alignment hold them all)."""
+ODD_SHOWN = 4
+"""Odd layers the report names one by one (a table, the layers whose alignment differs first); the rest are counted
+in one line (fct_kernel_layers and fct_kernel_alignment hold them all): at most 5 lines however many layers differ."""
 
 
 def _rows(con, name: str, run_id: str) -> List[Dict[str, Any]]:
@@ -95,9 +95,9 @@ def alignment_facts(con, run_id: str) -> Dict[str, Any]:
     odd = dict(list(odd_all.items())[:ODD_SHOWN])
     first_layer = min(groups) if groups else None
     groups = {li: g for li, g in groups.items() if li == first_layer or li in odd}
-    odd_rows = [{"side": r["side"], "layer": r["layer"], "why": r["odd_reason"], "kind": "side"}
-                for s in ("train", "infer") for r in by_side.get(s, []) if r["odd"]]
-    odd_rows += [{"side": "both", "layer": li, "why": why, "kind": "alignment"} for li, why in odd_all.items()]
+    odd_rows = [{"side": "both", "layer": li, "why": why, "kind": "alignment"} for li, why in odd_all.items()]
+    odd_rows += [{"side": r["side"], "layer": r["layer"], "why": r["odd_reason"], "kind": "side"}
+                 for s in ("train", "infer") for r in by_side.get(s, []) if r["odd"]]
     odd_counts = {s: (sum(1 for r in by_side.get(s, []) if r["odd"]),
                       sum(1 for r in by_side.get(s, []) if r["layer"] is not None)) for s in ("train", "infer")}
     odd_summary = {"sides": odd_counts, "alignment": (len(odd_all), len(groups_all_layers(con, run_id))),

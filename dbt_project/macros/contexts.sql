@@ -75,3 +75,9 @@ from ranged r
     context it stays in its catalog module and never joins a fused family's row. -#}
 ('elementwise', 'cast_layout', 'linear', 'softmax', 'reduction', 'other', 'uncategorized')
 {%- endmacro %}
+
+{% macro tilake_family_modules() -%}
+{#- Comparison modules of the fused families (attention, norm, RoPE, activation, KV cache, MoE): the math a fused
+    kernel does on one side and basic ops may do on the other (one_side_basic_unplaced). -#}
+('attention', 'residual_norm', 'rope', 'activation', 'kv_cache', 'moe')
+{%- endmacro %}

@@ -18,6 +18,8 @@ per_side as (
            list_sort(list(distinct fusion_scope) filter (where fused)) as scopes,
            list_sort(list(distinct equiv_class) filter (where equiv_class is not null)) as equivs,
            list_sort(list(distinct joined_by) filter (where joined)) as joined_by,
+           -- kernels no catalog row names (placed by the fallback or uncategorized): what they compute is unknown
+           list_sort(list(distinct op_type) filter (where category_source <> 'catalog')) as unknown_ops,
            -- base ops the row's fused kernels replace (catalog `replaces`)
            list_distinct(flatten(list(string_split(replaces, '+'))
                                  filter (where fused and replaces is not null and replaces <> ''))) as replaced_bases
@@ -68,6 +70,7 @@ joined as (
            list_concat(coalesce(t.joined_by, []), coalesce(i.joined_by, [])) as joined_by,
            te.all_equivs as t_all_equivs, ie.all_equivs as i_all_equivs,
            t.replaced_bases as t_replaced, i.replaced_bases as i_replaced,
+           t.unknown_ops as t_unknown, i.unknown_ops as i_unknown,
            tl.loose_bases as t_loose, il.loose_bases as i_loose,
            coalesce(tu.unplaced, 0) as t_unplaced, coalesce(iu.unplaced, 0) as i_unplaced,
            coalesce(fp.diff_fused_same_backend, false) as diff_fused_same_backend,
@@ -117,7 +120,9 @@ rule_hits as (
         when 'one_side_with_equiv' then f.one_side and len(list_intersect(
                 coalesce(f.t_equivs, f.i_equivs, []),
                 coalesce(case when f.t_set is null then f.t_all_equivs else f.i_all_equivs end, []))) > 0
-        when 'one_side_basic_unplaced' then f.one_side and f.module not in {{ tilake_basic_modules() }} and (
+        when 'unknown_kernel_possibly_fused' then f.module in {{ tilake_family_modules() }}
+                and len(list_concat(coalesce(f.t_unknown, []), coalesce(f.i_unknown, []))) > 0
+        when 'one_side_basic_unplaced' then f.one_side and f.module in {{ tilake_family_modules() }} and (
                 (f.t_set is null and len(list_intersect(list_concat(coalesce(f.i_replaced, []), f.i_base),
                                                         coalesce(f.t_loose, []))) > 0) or
                 (f.i_set is null and len(list_intersect(list_concat(coalesce(f.t_replaced, []), f.t_base),
@@ -152,7 +157,11 @@ select
     b.rule_id,
     -- what differs inside the row, in words: the signatures (dtype/format/HF32) of op types both sides
     -- run, or the op versions only one side runs (same_base_op: MatMulV2 vs MatMulV3)
-    case when b.rule_id = 'same_base_op' then
+    case when b.rule_id = 'unknown_kernel_possibly_fused' then
+             'unknown kernel, possibly fused: ' || array_to_string(list_concat(
+                 list_transform(coalesce(f.t_unknown, []), x -> x || ' (train)'),
+                 list_transform(coalesce(f.i_unknown, []), x -> x || ' (infer)')), ', ')
+         when b.rule_id = 'same_base_op' then
              'train ' || coalesce(nullif(array_to_string(
                  list_filter(f.t_set, x -> not list_contains(f.i_set, x)), ', '), ''), '—')
              || ' vs infer ' || coalesce(nullif(array_to_string(
