@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Mapping, Optional
+
+from tilake.ingest.run_facts import Setting
 
 LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer")
 OVERRIDE_SUFFIXES = ("override_config.num_hidden_layers", "override_transformer_config.num_layers")
@@ -47,7 +49,7 @@ def layers_from_config(config_json: Path) -> Optional[int]:
 
 
 def layers_setting_from_path(model_path: Optional[str], base: Path,
-                             env: Optional[Mapping[str, str]] = None) -> Optional[Dict[str, Any]]:
+                             env: Optional[Mapping[str, str]] = None) -> Optional[Setting]:
     """``{"value": n, "source": "HF config <file> (num_hidden_layers)"}`` from the ``config.json`` of a model
     path (relative paths from ``base``) or hub id (HF cache), else None."""
     if not model_path or str(model_path) == "unknown":
@@ -59,7 +61,7 @@ def layers_setting_from_path(model_path: Optional[str], base: Path,
     return {"value": n, "source": f"HF config {cfg} (num_hidden_layers)"} if n else None
 
 
-def layers_setting_from_script(parsed) -> Optional[Dict[str, Any]]:
+def layers_setting_from_script(parsed) -> Optional[Setting]:
     """The model's layers a parsed launch script states (:class:`tilake.ingest.scan.script.ParsedScript`): a verl
     override (:data:`OVERRIDE_SUFFIXES`), else the HF ``config.json`` of its model path; None when neither."""
     for key, v in (parsed.config.get("hydra_overrides") or {}).items():

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, TypedDict, Union
 
 from tilake.errors import TilakeError
-from tilake.ingest.model_facts import layers_setting_from_script
 from tilake.vocab import INFER_PHASES, TRAIN_PHASES, Phase
 
 # a setting's value as recorded: text, an integer, true/false or a number from the config
@@ -226,9 +225,7 @@ def settings_from_script(parsed) -> Dict[str, Setting]:
 
     Returns:
         ``{name: {"value": …, "source": …}}``: :data:`CONFIG_SETTINGS` from its config (graph mode is
-        ``enforce_eager``; ``unknown`` values left out), ``num_layers`` (the model's decoder layers: a verl
-        override or the HF config beside the model path, :mod:`tilake.ingest.model_facts`) and
-        :data:`ENV_SETTINGS` the script exports or
+        ``enforce_eager``; ``unknown`` values left out) and :data:`ENV_SETTINGS` the script exports or
         prefixes to the launch (``source`` names where: ``override <key>``, ``script variable``,
         ``launch env``).
     """
@@ -238,9 +235,6 @@ def settings_from_script(parsed) -> Dict[str, Setting]:
         v = cfg.get(key)
         if v is not None and str(v) != "unknown" and not str(v).startswith("n/a"):
             out[name] = {"value": _plain(v), "source": f"launch script: {src.get(key, 'config')}"}
-    layers = layers_setting_from_script(parsed)
-    if layers:
-        out["num_layers"] = layers
     if "enforce_eager" in out:
         out["graph_mode"] = {"value": not bool(out["enforce_eager"]["value"]),
                              "source": "not enforce_eager (" + out["enforce_eager"]["source"] + ")"}
@@ -303,48 +297,3 @@ def versions_from_profiler_info(pt_dirs: Iterable[Optional[Path]]) -> Dict[str, 
                 if isinstance(v, str) and v.strip() and name not in found:
                     found[name] = v.strip()
     return found
-
-
-SCRIPT_DEFAULTS = "_script_defaults"
-"""Key of :func:`tilake.pipeline.profile.facts_meta`'s result holding the ``runs`` values a launch script states (backends, model id and
-family, RL config): they fill what the command line left unset (:func:`merge_facts`), never override it."""
-
-
-def script_run_facts(parsed) -> Dict[str, Any]:
-    """``runs`` values a parsed launch script states (:class:`tilake.ingest.scan.script.ParsedScript`): training
-    backend and inference engine (``fsdp2`` / ``vllm`` …), model id and family (``config.json`` ``model_type``
-    beside the model path, else the id), the RL config the report header shows (algorithm, batch sizes, rollout n,
-    lengths, decoder layers); values the script does not state are left out."""
-    from tilake.ingest.scan.script import UNKNOWN
-    from tilake.lake.registry import model_family_for
-
-    c = parsed.config
-    known = {k: c.get(k) for k in ("train_backend", "infer_backend", "model_id")
-             if c.get(k) not in (None, UNKNOWN, "")}
-    if c.get("model_path") not in (None, UNKNOWN, ""):
-        p = Path(str(c["model_path"])).expanduser()
-        fam = model_family_for(p if p.is_absolute() else parsed.path.parent / p, known.get("model_id"))[0]
-    else:
-        fam = model_family_for(None, known.get("model_id"))[0]
-    if fam and fam != UNKNOWN:
-        known["model_family"] = fam
-    rl = {k: c.get(k) for k in ("adv_estimator", "train_batch_size", "rollout_n", "max_prompt_length",
-                                "max_response_length", "total_training_steps") if c.get(k) not in (None, UNKNOWN)}
-    if rl.get("adv_estimator"):
-        rl["algorithm"] = rl.pop("adv_estimator")
-    if rl:
-        known["rl_config"] = rl
-    return known
-
-
-def merge_facts(meta: Dict[str, Any], facts: Dict[str, Any]) -> Dict[str, Any]:
-    """``meta`` updated with :func:`tilake.pipeline.profile.facts_meta`'s ``facts``; the launch script's own values
-    (:data:`SCRIPT_DEFAULTS`) only fill keys ``meta`` does not set (the command line wins)."""
-    facts = dict(facts)
-    for k, v in (facts.pop(SCRIPT_DEFAULTS, None) or {}).items():
-        if k == "rl_config" and isinstance(meta.get("rl_config"), dict):
-            meta["rl_config"] = {**v, **meta["rl_config"]}
-        else:
-            meta.setdefault(k, v)
-    meta.update(facts)
-    return meta

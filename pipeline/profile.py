@@ -31,10 +31,11 @@ from tilake.ingest.profiler.discover import (
     select_rl_step,
 )
 from tilake.ingest.profiler.load import IngestResult, ingest_profile
-from tilake.ingest.run_facts import SCRIPT_DEFAULTS, RunMeta, merge_facts, script_run_facts
+from tilake.ingest.run_facts import RunMeta
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
+from tilake.pipeline.script_facts import SCRIPT_DEFAULTS, merge_facts, script_run_facts, script_settings
 from tilake.reports.progress_console import ingest_bar
 from tilake.vocab import CaptureStatus, Evidence
 
@@ -363,6 +364,7 @@ def facts_meta(phases: Optional[str] = None, log: Optional[PathLike] = None, scr
             raise TilakeError("launch script not found", path=Path(script))
         parsed = parse_script(Path(script))
         st.update(run_facts.settings_from_script(parsed))
+        st.update(script_settings(parsed))
         out["script_path"] = str(Path(script).resolve())
         c = parsed.config
         out["parallel_config"] = {k: c.get(f"train_{k}") for k in ("tp", "pp", "ep", "cp")}

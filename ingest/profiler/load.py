@@ -59,6 +59,7 @@ from tilake.ingest.profiler.steps import (
 )
 from tilake.ingest.profiler.text import load_text
 from tilake.ingest.run_facts import RunMeta, versions_from_profiler_info
+from tilake.ingest.torch.find import trace_versions
 from tilake.ingest.torch.load import ingest_trace
 from tilake.lake import schema
 from tilake.lake.duck import connect, with_sqlite
@@ -418,8 +419,13 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             result.sides[side] = ev
             if ev.missing and not allow_missing:
                 raise TilakeError(f"{side} side has no device evidence — {ev.reason}")
-        # torch_npu / CANN versions of the capture (profiler_info_*.json) where the caller recorded none
+        # torch_npu / CANN versions of the capture (profiler_info_*.json), vLLM's of a rollout trace header, where
+        # the caller recorded none
         found = versions_from_profiler_info(c.pt_dir for c in captures)
+        for c in captures:   # and what a torch trace's header states (vLLM's vllm_version)
+            if c.kind == "trace":
+                for k, v in trace_versions(c.path).items():
+                    found.setdefault(k, v)
         if found:
             tv = dict(meta.get("tool_versions") or {}) if isinstance(meta.get("tool_versions"), dict) else {}
             for k, v in found.items():

@@ -5,15 +5,16 @@ kernel → step assignment are :mod:`tilake.ingest.profiler.steps`."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.evidence import USABLE
 from tilake.ingest.profiler.steps import common_steps, restrict
 from tilake.vocab import CaptureStatus
 
-if TYPE_CHECKING:   # the capture outcome record lives with the loader that makes it
-    from tilake.ingest.profiler.load import CaptureResult
+# a capture's outcome (tilake.ingest.profiler.load.CaptureResult: capture, status, reason, notes, info, files, kernels,
+# marks, step_counts, steps_kept); named by its fields here, so this module does not import the loader
+CaptureResult = Any
 
 
 def restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int]) -> List[str]:

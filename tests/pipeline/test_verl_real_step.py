@@ -79,3 +79,5 @@ def test_header_names_the_backends_the_script_runs(run):
     md = res.report_path.read_text(encoding="utf-8")
     assert "| Training backend / inference engine | fsdp2 / vllm |" in md
     assert "| Model | tiny-qwen2 (family: qwen2) |" in md
+    tools = next(ln for ln in md.splitlines() if ln.startswith("| Tool versions |"))
+    assert "vllm" in tools and "0.30.0" in tools                  # the rollout trace header's vllm_version
