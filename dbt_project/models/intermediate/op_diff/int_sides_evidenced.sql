@@ -22,8 +22,8 @@ caps as (
            bool_or(coalesce(truncated, false)) as any_truncated,
            string_agg(distinct profiler_level, ',' order by profiler_level) as profiler_levels,
            -- rollout replicas: verl's agent_loop_rollout_replica_<r>/ folders or relocated rollout-replica<r>_ names
-           count(distinct nullif(regexp_extract(path, '(?:agent_loop_rollout_replica_|rollout-replica)([0-9]+)', 1), ''))
-               as replicas
+           count(distinct nullif(
+               regexp_extract(path, '(?:agent_loop_rollout_replica_|rollout-replica)([0-9]+)', 1), '')) as replicas
     from {{ ref('int_captures_collected') }}
     group by run_id, side
 )
