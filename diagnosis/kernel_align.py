@@ -44,13 +44,16 @@ from tilake.diagnosis.kernel_layers import (  # noqa: F401
     Kernel,
     LayerSplit,
     canonical_shapes,
+    check_model_layers,
     forward_windows,
+    module_layers,
     shape_class,
     split_layers,
 )
 from tilake.vocab import AlignStatus
 
 MAX_SPAN = 8
+MAX_WINDOWS_TRIED = 16   # forward windows tried for one with layers (choose_forward)
 RELATIONS = ("same", "fused", "split", "different_impl", "only_train", "only_infer")
 
 # scores (higher is better); a mismatch costs more than two gaps so unrelated kernels never pair
@@ -289,6 +292,8 @@ def align_layer(train: Sequence[Kernel], infer: Sequence[Kernel]) -> List[Pair]:
 
 
 def _shape_evidence(a: Kernel, b: Kernel) -> Tuple[bool, str]:
+    if not a.shapes and not b.shapes:
+        return False, "input shapes not recorded (torch.profiler without record_shapes)"
     ca, cb = canonical_shapes(a.shapes), canonical_shapes(b.shapes)
     if ca and ca == cb:
         return True, f"input shapes equal ({a.shapes.replace(chr(34), '')} ≅ {b.shapes.replace(chr(34), '')})"
@@ -352,6 +357,7 @@ class SideForward:
     forward_count: int
     forwards_identical: int
     split: LayerSplit
+    index: int = 0
 
 
 @dataclass
@@ -366,34 +372,57 @@ class StepAlignment:
     reason: str = ""
 
 
-def choose_forward(side: str, kernels: Sequence[Kernel]) -> Optional[SideForward]:
-    """The first forward pass of ``kernels`` (one side, launch order) and its layers; ``None`` when
-    the side has no forward window."""
+def choose_forward(side: str, kernels: Sequence[Kernel], model_layers: Optional[Tuple[int, str]] = None,
+                   boundary_source: str = "") -> Optional[SideForward]:
+    """The first forward pass of ``kernels`` (one side, launch order) that splits into layers (of the first
+    :data:`MAX_WINDOWS_TRIED`; else the first forward) and its layers; ``None`` when the side has no forward window.
+    vLLM's input preparation (an index_select, the slot mapping) opens a short window before each model forward.
+
+    Layers come from the trace's module boundaries when its kernels carry them (:func:`module_layers`), else
+    from the period (:func:`split_layers`); a count that contradicts ``model_layers`` ``(n, source)`` (the
+    model's decoder layers on this side) is rejected (:func:`check_model_layers`).
+    """
     wins = forward_windows(kernels)
     if not wins:
         return None
-    s, e = wins[0]
-    ks = [copy.copy(k) for k in kernels[s:e]]
-    for i, k in enumerate(ks):
-        k.pos = i
-    first = [k.sig for k in ks]
-    same = sum(1 for a, b in wins if [k.sig for k in kernels[a:b]] == first)
-    return SideForward(side, ks, (s, e), len(wins), same, split_layers(ks))
+    chosen = None
+    for wi, (s, e) in enumerate(wins[:MAX_WINDOWS_TRIED]):
+        ks = [copy.copy(k) for k in kernels[s:e]]
+        for i, k in enumerate(ks):
+            k.pos = i
+        split = check_model_layers(module_layers(ks, boundary_source) or split_layers(ks), ks, model_layers)
+        if chosen is None or (split.layers and not chosen[3].layers):
+            chosen = (wi, (s, e), ks, split)
+        if split.layers:
+            break
+    wi, (s, e), ks, split = chosen
+    sig = [k.sig for k in ks]
+    same = sum(1 for a, b in wins if [k.sig for k in kernels[a:b]] == sig)
+    return SideForward(side, ks, (s, e), len(wins), same, split, wi)
 
 
 def _fingerprint(pairs: List[Pair], tr: List[Kernel], inf: List[Kernel]) -> tuple:
     return tuple((p.relation, tuple(tr[x].base for x in p.train), tuple(inf[x].base for x in p.infer)) for p in pairs)
 
 
-def align_step(train_kernels: Sequence[Kernel], infer_kernels: Sequence[Kernel]) -> StepAlignment:
+def align_step(train_kernels: Sequence[Kernel], infer_kernels: Sequence[Kernel],
+               model_layers: Optional[Dict[str, Tuple[int, str]]] = None,
+               boundary_sources: Optional[Dict[str, str]] = None) -> StepAlignment:
     """Choose each side's first forward, split both into layers and align layer ``i`` with layer ``i``.
 
+    Args:
+        model_layers: per side, the model's decoder layers on that side and where the count comes from
+            (``{"train": (2, "HF config …/config.json num_hidden_layers")}``); a split that contradicts it is
+            rejected (:func:`choose_forward`). boundary_sources: per side, what gave the kernels'
+            ``layer_module`` (shown as the split's frame).
     Returns:
         a :class:`StepAlignment`; ``status`` ``ok``, ``partial`` (layer counts differ: the common
         prefix is aligned) or ``evidence_missing`` (a side without a forward or without layers) with
         the reason.
     """
-    tr, inf = choose_forward("train", train_kernels), choose_forward("infer", infer_kernels)
+    ml, bs = model_layers or {}, boundary_sources or {}
+    tr = choose_forward("train", train_kernels, ml.get("train"), bs.get("train", ""))
+    inf = choose_forward("infer", infer_kernels, ml.get("infer"), bs.get("infer", ""))
     if tr is None or inf is None:
         miss = "train" if tr is None else "infer"
         return StepAlignment(tr, inf, {}, {}, AlignStatus.EVIDENCE_MISSING,

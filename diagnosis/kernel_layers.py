@@ -5,10 +5,16 @@ alignment, :mod:`tilake.diagnosis.kernel_align`; method in docs/alignment.md).
   coarse shape class)``; the shape class is the last dimension of the first two inputs.
 * :func:`forward_windows` — forward passes: from a token-embedding kernel to the next one or to the
   first backward / optimizer kernel.
+* :func:`module_layers` — the layers the trace's own module boundaries give (each kernel's decoder-layer
+  index from an ``nn.Module: <Family>DecoderLayer_<n>`` frame or FSDP's ``FSDP::pre_forward (model.layers.<n>)``
+  / ``post_forward`` ranges, :func:`layer_index_of` / :func:`range_layer_intervals`), used before any period;
 * :func:`split_layers` — the period ``P`` of the forward's signature sequence, the layer starts at an
   anchor signature seen once per period (moved back over kernels that precede it alike in every layer),
   confirmed by a ``models/layer_frames.yaml`` call-stack frame carried by every kernel inside the layers
-  and none outside; :func:`odd_layers` names the layers whose kernel sequence differs from the most common.
+  and none outside; with the model's layer count known, the period whose repeat spans exactly that many
+  layers (:func:`split_known_count`); :func:`odd_layers` names the layers whose kernel sequence differs
+  from the most common;
+* :func:`check_model_layers` — a split whose layer count contradicts the model's is rejected, not reported.
 """
 from __future__ import annotations
 
@@ -32,6 +38,8 @@ class Kernel:
     Attributes:
         pos: position in the side's forward pass (0-based, launch order).
         frames: the host op's call-stack frames (innermost first), empty when none was recorded.
+        layer_module: the decoder layer whose module ran the kernel, from the trace's own module boundaries
+            (a layer-module frame or FSDP's per-layer ranges); None when the trace does not say.
     """
 
     pos: int
@@ -45,6 +53,7 @@ class Kernel:
     equiv: str = ""
     shapes: str = ""
     frames: Tuple[str, ...] = ()
+    layer_module: Optional[int] = None
     sclass: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
@@ -84,10 +93,71 @@ def canonical_shapes(shapes: Optional[str]) -> List[Tuple[int, ...]]:
 
 
 @lru_cache(maxsize=1)
+def _layer_yaml() -> Dict:
+    return yaml.safe_load(LAYER_FRAMES_FILE.read_text(encoding="utf-8")) or {}
+
+
+@lru_cache(maxsize=1)
 def layer_frame_patterns() -> Tuple[re.Pattern, ...]:
     """The compiled ``layer_frames`` of ``models/layer_frames.yaml``."""
-    data = yaml.safe_load(LAYER_FRAMES_FILE.read_text(encoding="utf-8")) or {}
-    return tuple(re.compile(p) for p in data.get("layer_frames") or ())
+    return tuple(re.compile(p) for p in _layer_yaml().get("layer_frames") or ())
+
+
+@lru_cache(maxsize=1)
+def layer_module_patterns() -> Tuple[re.Pattern, ...]:
+    """The compiled ``layer_modules`` of ``models/layer_frames.yaml`` (group ``index``: the layer)."""
+    return tuple(re.compile(p) for p in _layer_yaml().get("layer_modules") or ())
+
+
+@lru_cache(maxsize=1)
+def layer_range_patterns() -> Tuple[re.Pattern, re.Pattern]:
+    """The compiled ``layer_ranges.pre`` / ``.post`` of ``models/layer_frames.yaml`` (group ``index``)."""
+    r = _layer_yaml().get("layer_ranges") or {}
+    return re.compile(r.get("pre") or "$^"), re.compile(r.get("post") or "$^")
+
+
+def layer_index_of(frames: Sequence[str]) -> Optional[int]:
+    """The decoder layer a kernel ran in by its innermost layer-module frame (``nn.Module:
+    Qwen2DecoderLayer_3`` → 3), else None."""
+    pats = layer_module_patterns()
+    for f in frames:
+        for p in pats:
+            m = p.search(f)
+            if m:
+                return int(m.group("index"))
+    return None
+
+
+def range_layer_intervals(ranges: Sequence[Tuple[str, int, int]]) -> List[Tuple[int, int, int]]:
+    """``[(start_ns, end_ns, layer)]``: each layer forward between the end of a ``pre`` range and the start of
+    the next ``post`` range of the same layer (FSDP2 records ``FSDP::pre_forward (model.layers.0)`` before and
+    ``FSDP::post_forward (model.layers.0)`` after the wrapped module's forward; torch
+    ``distributed/fsdp/_fully_shard/_fsdp_state.py``, seen in the real verl 0.9.1 FSDP2 trace).
+
+    Args:
+        ranges: ``(message, start_ns, end_ns)`` of one capture, any order.
+    """
+    pre_p, post_p = layer_range_patterns()
+    pres: Dict[int, List[int]] = {}
+    posts: Dict[int, List[int]] = {}
+    for msg, a, b in ranges:
+        if a is None or b is None:
+            continue
+        m = pre_p.search(msg)
+        if m:
+            pres.setdefault(int(m.group("index")), []).append(int(b))
+            continue
+        m = post_p.search(msg)
+        if m:
+            posts.setdefault(int(m.group("index")), []).append(int(a))
+    out = []
+    for li, ends in pres.items():
+        starts = sorted(posts.get(li, []))
+        for e in sorted(ends):
+            j = bisect.bisect_left(starts, e)
+            if j < len(starts):
+                out.append((e, starts[j], li))
+    return sorted(out)
 
 
 # ----------------------------------------------------------------------------------- forward passes
@@ -292,3 +362,95 @@ def odd_layers(patterns: List[tuple], kernels: Sequence[Kernel], layers: List[Tu
         out[li] = (f"{e - s} kernels vs {len(mode)} in most layers; position {j}: {mine} "
                    f"where layer {ref} runs {theirs}")
     return out
+
+
+# ------------------------------------------------------------- module boundaries and the model's count
+
+def module_layers(kernels: Sequence[Kernel], source: str = "") -> Optional[LayerSplit]:
+    """The layers the trace's module boundaries give (:attr:`Kernel.layer_module`), or None when fewer than
+    two kernels of the forward carry one.
+
+    Layer ``i`` spans its first to its last kernel; layers are ordered by position. Kernels between two layers
+    (FSDP's all-gather copies) are outside every layer. Method ``module_boundary``, confidence 1.0 (the trace
+    says where each layer runs); ``None`` also when two layers overlap (then the boundaries are not usable).
+
+    Args:
+        source: what gave the boundaries, shown as the split's frame (``FSDP::pre_forward/post_forward
+            (model.layers.N)``, ``nn.Module: Qwen2DecoderLayer_N``).
+    """
+    spans: Dict[int, List[int]] = {}
+    for i, k in enumerate(kernels):
+        if k.layer_module is not None:
+            sp = spans.setdefault(k.layer_module, [i, i])
+            sp[1] = i
+    if sum(1 for k in kernels if k.layer_module is not None) < 2 or not spans:
+        return None
+    layers = sorted((a, b + 1) for a, b in spans.values())
+    if any(layers[j][0] < layers[j - 1][1] for j in range(1, len(layers))):
+        return None
+    sig = [k.sig for k in kernels]
+    lens = [e - s for s, e in layers]
+    split = LayerSplit(layers, "module_boundary", 1.0, int(np.median(lens)), "", source)
+    split.odd = odd_layers([tuple(sig[s:e]) for s, e in layers], kernels, layers)
+    return split
+
+
+MIN_GUIDED_PERIOD = 6        # kernels in the smallest decoder layer a guided split accepts (norm, matmul, attention…)
+MIN_LAYER_SIGNATURES = 4     # distinct kernel signatures a guided layer holds
+
+
+def split_known_count(kernels: Sequence[Kernel], n_layers: int) -> Optional[LayerSplit]:
+    """Split a forward into exactly ``n_layers`` layers (the model's count) by its period: the smallest period
+    ``P`` (≥ :data:`MIN_GUIDED_PERIOD`) whose run of repeats (``sig[i] == sig[i+P]`` for consecutive ``i``) covers
+    ``n_layers - 1`` periods, each layer holding at least :data:`MIN_LAYER_SIGNATURES` distinct signatures (a run
+    of FSDP's all-gather copies repeats too, but is no layer); the layers start at that run's start. None when no
+    period does.
+
+    Method ``period+model_layers``, confidence × 0.85 like an unconfirmed period split (the layer count is the
+    model's, the boundaries are the repeat's).
+    """
+    n = len(kernels)
+    if n_layers < 2 or n < 2 * n_layers:
+        return None
+    sig = _ids([k.sig for k in kernels])
+    for p in range(MIN_GUIDED_PERIOD, n // n_layers + 1):
+        match = sig[:-p] == sig[p:]
+        need = (n_layers - 1) * p
+        run = 0
+        for i, ok in enumerate(match):
+            run = run + 1 if ok else 0
+            if run >= need:
+                s = i - need + 1
+                layers = [(s + j * p, s + (j + 1) * p) for j in range(n_layers)]
+                if layers[-1][1] > n or len(set(sig[s:s + p].tolist())) < MIN_LAYER_SIGNATURES:
+                    break
+                split = LayerSplit(layers, "period+model_layers", round(0.85 * 1.0, 3), p,
+                                   "/".join(kernels[s].sig), "")
+                split.odd = odd_layers([tuple(sig[a:b].tolist()) for a, b in layers], kernels, layers)
+                return split
+    return None
+
+
+def check_model_layers(split: LayerSplit, kernels: Sequence[Kernel], model_layers: Optional[Tuple[int, str]]) -> LayerSplit:
+    """The split to report given the model's layer count ``(n, source)``: a split of ``n`` layers (or any
+    split when ``n`` is unknown) as it is; one that contradicts the model is rejected — a period split is replaced
+    by :func:`split_known_count` when the forward repeats ``n`` times, else (and always for module boundaries,
+    which no period overrides) by no layers with the reason
+    (``228 layers by method period contradict the model's 2 (HF config …): rejected``).
+    """
+    if not model_layers or not model_layers[0]:
+        return split
+    want, src = model_layers
+    if split.layers and len(split.layers) == want:
+        return split
+    found = (f"{len(split.layers)} layers by method {split.method}" if split.layers
+             else f"no layers ({split.note or 'no period'})")
+    if split.method == "module_boundary":   # the trace's own boundaries say otherwise: no period overrides them
+        return LayerSplit([], "none", 0.0, note=f"{found} contradict the model's {want} ({src}): rejected")
+    guided = split_known_count(kernels, want)
+    if guided is not None:
+        guided.note = f"{found}; split into the model's {want} layers ({src}) by the period that repeats {want} times"
+        return guided
+    if not split.layers:
+        return split
+    return LayerSplit([], "none", 0.0, note=f"{found} contradict the model's {want} ({src}): rejected")

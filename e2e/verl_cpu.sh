@@ -7,7 +7,10 @@
 # peak and takes ~5-10 min on 2 cores. What it proves (docs/scan.md):
 #   - the injected torch profiler block is accepted by verl (every key) and the run exits 0;
 #   - both sides are evidenced (training worker trace + rollout replica trace, CPU ops on a CPU, kernels on a GPU);
-#   - the comparison is non-empty; the script is backed up byte-identical and keeps the block (re-scan: no change).
+#   - the comparison is non-empty; the script is backed up byte-identical and keeps the block (re-scan: no change);
+#   - the step is graded right: 2 decoder layers on both sides (the model's) and no other layer count, at most 5
+#     odd-layer lines, the RoPE row holds rotary arithmetic only, the header names fsdp2 / vllm (the same facts
+#     on the recorded traces: tests/pipeline/test_verl_real_step.py).
 #
 #   e2e/verl_cpu.sh                      # uses `tilake` on PATH and ../shared beside the checkout
 #   TILAKE=/path/to/tilake SHARED=/path/to/shared E2E_WORK=/tmp/e2e e2e/verl_cpu.sh
@@ -24,7 +27,7 @@ e2e_scan
 
 # 5. the checks
 WALL=$wall PEAK_KB=$(cat "$PEAK") BASE_KB=$base_kb E2E_DIR="$(dirname "${BASH_SOURCE[0]}")" "$PY" - "$WORK" <<'EOF'
-import os, sys
+import os, re, sys
 from pathlib import Path
 import duckdb
 sys.path.insert(0, os.environ["E2E_DIR"])
@@ -54,6 +57,25 @@ both = con.execute("select count(*) from fct_op_comparison where run_id = ? and 
                        "describe fct_op_comparison").fetchall()] else None
 report = Path(res["report"]).read_text(encoding="utf-8")
 check("CPU" in report, "the report labels the evidence (CPU ops on a CPU)")
+# the step graded right (issue 32; the same facts on the recorded traces: tests/pipeline/test_verl_real_step.py)
+layers = con.execute("select side, count(layer), min(method) from fct_kernel_layers where run_id = ? "
+                     "group by side order by side", [rid]).fetchall()
+check([(s, n) for s, n, _m in layers] == [("infer", 2), ("train", 2)],
+      f"the model's 2 decoder layers on both sides, nothing else shown (got {layers})")
+shown = sorted({int(n) for n in re.findall(r"(\d+) (?:layers, method|层, 方法)", report)})
+check(shown in ([2], []), f"every layer count in the report is 2 (got {shown})")
+sec = report.split("## 8.")[1].split("### 8.1")[0] if "## 8." in report else ""
+odd = sum(1 for line in sec.splitlines() if "odd" in line.lower())
+check(odd <= 5, f"at most 5 odd-layer lines ({odd})")
+rope = con.execute("select train_ops, infer_ops from fct_op_comparison where run_id = ? and module = 'rope'",
+                   [rid]).fetchone()
+# rotary arithmetic: HF's rotary table (inv_freq @ positions, cat, cos, sin, the float casts) and
+# apply_rotary_pos_emb / rotate_half (mul, neg, cat, add) where the trace says so; vLLM's fused kernel
+rotary = {"aten::cos", "aten::sin", "aten::mul", "aten::neg", "aten::cat", "aten::add", "aten::bmm",
+          "aten::copy_", "_C::rotary_embedding"}
+check(rope is not None and set(rope[0] or []) <= rotary and set(rope[1] or []) <= rotary
+      and "_C::rotary_embedding" in (rope[1] or []), f"RoPE row holds rotary arithmetic only ({rope})")
+check("| Training backend / inference engine | fsdp2 / vllm |" in report, "the header names fsdp2 / vllm")
 wall, peak, base = int(os.environ["WALL"]), int(os.environ["PEAK_KB"]), int(os.environ["BASE_KB"])
 print(f"figures: wall {wall} s; ops per side train {ops.get('train')} / infer {ops.get('infer')}; comparison rows "
       f"{rows}{'' if both is None else f' ({both} on both sides)'}; peak used memory {peak / 2**20:.1f} GiB "

@@ -9,6 +9,7 @@ files, so no second build is needed.
 """
 from __future__ import annotations
 
+import bisect
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import duckdb
 
 from tilake.diagnosis.kernel_align import Kernel, StepAlignment, align_step
+from tilake.diagnosis.kernel_layers import layer_index_of, range_layer_intervals
 from tilake.lake.read import reading_file
 from tilake.lake.schema import ALIGN_TABLES
 from tilake.lake.store import Lake
@@ -25,8 +27,8 @@ from tilake.vocab import AlignStatus
 # the lowest rank of each side, its kernels in launch order with their catalog columns and host-op stack
 KERNELS_SQL = """
 with k as (
-    select side, rank, start_ns, global_task_id, kernel_name, op_type, base_op, category, module, fused,
-           replaces, equiv_class, input_shapes, callchain_id, call_count
+    select side, rank, capture_id, start_ns, global_task_id, kernel_name, op_type, base_op, category, module,
+           fused, replaces, equiv_class, input_shapes, callchain_id, call_count
     from int_kernels_categorised
     where run_id = $run_id
 ),
@@ -36,15 +38,41 @@ st as (
     from stg_profiler__call_stacks where run_id = $run_id group by all
 )
 select k.side, k.rank, k.kernel_name, k.op_type, k.base_op, k.category, k.module, k.fused, k.replaces,
-       k.equiv_class, k.input_shapes, k.call_count, st.frames
+       k.equiv_class, k.input_shapes, k.call_count, st.frames, k.capture_id, k.start_ns
 from k join r using (side, rank)
 left join st on st.side = k.side and st.rank = k.rank and st.callchain_id = k.callchain_id
 order by k.side, k.start_ns nulls last, k.global_task_id
 """
 
 
+# per-layer module ranges of the aligned ranks' captures (FSDP2: FSDP::pre_forward (model.layers.N) / post_forward)
+RANGES_SQL = """
+with r as (select side, min(rank) as rank from int_kernels_categorised where run_id = $run_id group by side)
+select g.side, g.capture_id, g.message, g.start_ns, g.end_ns
+from stg_profiler__mstx_ranges g join r on r.side = g.side and r.rank = g.rank
+where g.run_id = $run_id and regexp_matches(g.message, '^FSDP::(pre|post)_forward')
+"""
+
+# the model's decoder layers as recorded with the run (launch script / HF config / rl_config) and the PP size
+MODEL_SQL = """
+select layers,
+       coalesce(json_extract_string(settings, '$.num_layers.source'),
+                case when json_extract_string(rl_config, '$.num_layers') is not null
+                     then coalesce(json_extract_string(rl_config, '$.num_layers_source'), 'rl_config.num_layers') end)
+           as source,
+       coalesce(try_cast(json_extract_string(settings, '$.train_pp.value') as integer),
+                try_cast(json_extract_string(parallel_config, '$.pp') as integer)) as train_pp
+from int_runs_parallelism join stg_profiler__runs using (run_id)
+where run_id = $run_id
+"""
+
+
 def load_kernels(warehouse: Path, run_id: str) -> Tuple[Dict[str, List[Kernel]], Dict[str, int], Dict[str, str]]:
     """Each side's kernels of ``run_id`` (lowest rank) from the warehouse, read-only.
+
+    A kernel's ``layer_module`` is its decoder layer by the trace's own module boundaries: an ``nn.Module:
+    <Family>DecoderLayer_<n>`` frame of its stack, else the FSDP2 per-layer forward range of its capture that
+    holds its start (:func:`tilake.diagnosis.kernel_layers.range_layer_intervals`).
 
     Returns:
         ``(kernels by side, rank by side, problem by side)``; a side whose rows are aggregated text
@@ -52,20 +80,64 @@ def load_kernels(warehouse: Path, run_id: str) -> Tuple[Dict[str, List[Kernel]],
     """
     with reading_file(warehouse) as con:
         rows = con.execute(KERNELS_SQL, {"run_id": run_id}).fetchall()
+        ranges = con.execute(RANGES_SQL, {"run_id": run_id}).fetchall()
+    intervals: Dict[Tuple[str, str], List[Tuple[int, int, int]]] = {}
+    by_cap: Dict[Tuple[str, str], List[Tuple[str, int, int]]] = {}
+    for side, cap, msg, a, b in ranges:
+        by_cap.setdefault((side, cap), []).append((msg, a, b))
+    for key, rs in by_cap.items():
+        intervals[key] = range_layer_intervals(rs)
     out: Dict[str, List[Kernel]] = {"train": [], "infer": []}
     ranks: Dict[str, int] = {}
     problems: Dict[str, str] = {}
-    for (side, rank, name, op, base, cat, mod, fused, rep, eq, shapes, calls, frames) in rows:
+    for (side, rank, name, op, base, cat, mod, fused, rep, eq, shapes, calls, frames, cap, start) in rows:
         if calls and calls > 1:
             problems[side] = "aggregated text rows (call_count > 1) carry no launch order"
         ranks[side] = rank
+        frames = tuple(frames or ())
+        layer = layer_index_of(frames)
+        if layer is None and start is not None and intervals.get((side, cap)):
+            layer = _in_interval(intervals[(side, cap)], start)
         out.setdefault(side, []).append(Kernel(
             pos=len(out.get(side, [])), name=name or "", op_type=op or "", base=base or "", category=cat or "",
             module=mod or "", fused=bool(fused), replaces=tuple(x for x in (rep or "").split("+") if x),
-            equiv=eq or "", shapes=shapes or "", frames=tuple(frames or ())))
+            equiv=eq or "", shapes=shapes or "", frames=frames, layer_module=layer))
     for side in problems:
         out[side] = []
     return out, ranks, problems
+
+
+def _in_interval(intervals: List[Tuple[int, int, int]], t: int) -> Optional[int]:
+    """The layer of the interval holding ``t`` (intervals sorted, not overlapping), else None."""
+    j = bisect.bisect_right(intervals, (t, float("inf"), 0)) - 1
+    if j >= 0 and intervals[j][0] <= t < intervals[j][1]:
+        return intervals[j][2]
+    return None
+
+
+def boundary_sources(kernels: Dict[str, List[Kernel]]) -> Dict[str, str]:
+    """Per side, what gave its kernels' ``layer_module``: the layer-module frame, or FSDP's per-layer ranges."""
+    out = {}
+    for side, ks in kernels.items():
+        fr = next((f for k in ks if k.layer_module is not None for f in k.frames if layer_index_of((f,)) is not None),
+                  None)
+        if fr:
+            out[side] = fr
+        elif any(k.layer_module is not None for k in ks):
+            out[side] = "FSDP::pre_forward … FSDP::post_forward (…layers.N) ranges"
+    return out
+
+
+def model_layers(warehouse: Path, run_id: str) -> Dict[str, Tuple[int, str]]:
+    """Per side, the model's decoder layers recorded with the run and where the count comes from (the
+    training side's is divided by the pipeline-parallel size: a PP stage runs its share); {} when unknown."""
+    with reading_file(warehouse) as con:
+        row = con.execute(MODEL_SQL, {"run_id": run_id}).fetchone()
+    if not row or not row[0]:
+        return {}
+    n, src, pp = int(row[0]), row[1] or "recorded with the run", row[2]
+    train = (n // pp, f"{src}, {n} / PP {pp}") if pp and pp > 1 and n % pp == 0 else (n, src)
+    return {"train": train, "infer": (n, src)}
 
 
 def _span(idx: List[int]) -> Tuple[Optional[int], Optional[int]]:
@@ -84,7 +156,7 @@ def alignment_rows(run_id: str, al: StepAlignment, ranks: Dict[str, int],
     for sf in (al.train, al.infer):
         if sf is None:
             continue
-        win = f"forward 1 of {sf.forward_count}"
+        win = f"forward {sf.index + 1} of {sf.forward_count}"
         windows[sf.side] = win
         base = dict(run_id=run_id, side=sf.side, rank=ranks.get(sf.side), forward_window=win,
                     forward_count=sf.forward_count, forwards_identical=sf.forwards_identical,
@@ -139,7 +211,8 @@ def align_run(lake: Lake, run_id: str) -> Dict[str, Any]:
         TilakeError: the lake is busy or cannot be written (see :meth:`Lake.write_run`).
     """
     kernels, ranks, problems = load_kernels(lake.warehouse, run_id)
-    al = align_step(kernels.get("train", []), kernels.get("infer", []))
+    al = align_step(kernels.get("train", []), kernels.get("infer", []), model_layers(lake.warehouse, run_id),
+                    boundary_sources(kernels))
     layer_rows, pair_rows = alignment_rows(run_id, al, ranks, problems)
     with lake.write_run(run_id, ALIGN_TABLES) as w:
         w.write_rows("kernel_layers", layer_rows)

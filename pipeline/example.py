@@ -40,10 +40,14 @@ EXAMPLE_META = {
                   "total_training_steps": 1, "max_prompt_length": 512, "max_response_length": 1},
     "tool_versions": {"torch_npu": "unknown", "cann": "unknown", "vllm": "unknown",
                       "vllm_ascend": "unknown", "megatron_core": "unknown"},
-    # the example compares every kernel (its training DBs carry verl MSTX phase marks; the default would
-    # compare only the log-prob forward): its report stays the one the README shows (docs/phases.md)
-    "phases": Phase.ALL,
+    # no "phases": the example grades what a user's own run grades by default, the actor's log-prob forward
+    # against the rollout prefill (EXAMPLE_PHASE_MARKS; docs/phases.md)
 }
+EXAMPLE_PHASE_MARKS = "verl"
+"""The example's captures carry the phase ranges of a real verl + vLLM run on both sides (verl's roles
+``actor_compute_log_prob`` … on the training DBs, vLLM's ``execute_context_…_generation_…`` prefill and decode
+steps on the rollout DB: :func:`tilake.synth.population.with_verl_marks`), so the default phases select the
+log-prob forward and the prefill as in a user's own run."""
 
 
 def example_lake(out_dir: Path, lake_path: Optional[Path] = None) -> Path:
@@ -92,7 +96,7 @@ def run_example(out_dir: Path, lake_path: Optional[Path] = None, *, lang: str = 
                            lang=lang)
     from tilake.synth import make_profiler_output
 
-    make_profiler_output(capture, seed=0)
+    make_profiler_output(capture, seed=0, phase_marks=EXAMPLE_PHASE_MARKS)
     return run_profile(capture, lake, EXAMPLE_RUN_ID, out_dir, run_meta=dict(EXAMPLE_META), lang=lang)
 
 
@@ -131,7 +135,7 @@ def run_joined_example(out_dir: Path, lake_path: Optional[Path] = None, *, lang:
         shutil.rmtree(out_dir / sub, ignore_errors=True)
     check_out_dir(out_dir)
     lake = Lake(example_lake(out_dir, lake_path))
-    make_profiler_output(out_dir / "profiler_output", seed=0)
+    make_profiler_output(out_dir / "profiler_output", seed=0, phase_marks=EXAMPLE_PHASE_MARKS)
     meta = dict(EXAMPLE_META, step=0, collection_method=EXAMPLE_META["collection_method"]
                 + "; with a synthetic msprobe dump of the same step (tilake.synth.msprobe_step)")
     res = run_profile(out_dir / "profiler_output", lake, JOINED_RUN_ID, out_dir, run_meta=meta, lang=lang)

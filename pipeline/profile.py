@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence,
 from tilake import settings
 from tilake.errors import TilakeError
 from tilake.files import check_out_dir
+from tilake.ingest.model_facts import layers_setting_from_path
 from tilake.ingest.profiler.discover import (
     Capture,
     assign_replica_ranks,
@@ -34,6 +35,7 @@ from tilake.ingest.run_facts import RunMeta
 from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.lake.warehouse import BuildResult, DbtInterrupted, build_swapped
+from tilake.pipeline.script_facts import SCRIPT_DEFAULTS, merge_facts, script_run_facts, script_settings
 from tilake.reports.progress_console import ingest_bar
 from tilake.vocab import CaptureStatus, Evidence
 
@@ -318,13 +320,21 @@ def run_meta(model_id: Optional[str] = None, model_family: Optional[str] = None,
     """``runs`` row values from the CLI's model options (None values left out).
 
     The family, when not given, is read from ``model_path``'s ``config.json``
-    (:func:`tilake.lake.registry.model_family_for`); ``tags`` are ``(key, value)`` pairs.
+    (:func:`tilake.lake.registry.model_family_for`), the decoder layers (``rl_config.num_layers``) from the same
+    file, or from the HF cache for a hub ``model_id`` (:mod:`tilake.ingest.model_facts`); ``tags`` are
+    ``(key, value)`` pairs.
     """
     meta = {k: v for k, v in extra.items() if v is not None}
     if model_id:
         meta["model_id"] = model_id
     if not model_family and model_path:
         model_family = model_family_for(model_path, model_id)[0]
+    layers = layers_setting_from_path(str(model_path or model_id or ""), Path("."))
+    if layers:   # the model's decoder layers: the kernel alignment rejects a split that contradicts them
+        rl = dict(meta.get("rl_config") or {})
+        rl.setdefault("num_layers", layers["value"])
+        rl.setdefault("num_layers_source", layers["source"])
+        meta["rl_config"] = rl
     if model_family:
         meta["model_family"] = model_family
     if step is not None:
@@ -341,8 +351,9 @@ def facts_meta(phases: Optional[str] = None, log: Optional[PathLike] = None, scr
     Returns:
         ``phases`` (validated, None = default), ``settings`` (``{name: {value, source}}`` from the launch
         script, then ``--setting`` pairs), ``parallel_config`` from the script's TP/PP/EP, ``log_path`` and
-        ``_metrics`` (the log's mismatch metric rows, written to ``run_metrics``); keys without a value
-        are left out.
+        ``_metrics`` (the log's mismatch metric rows, written to ``run_metrics``), and under
+        :data:`SCRIPT_DEFAULTS` the script's backends, model and RL config (:func:`script_run_facts`; merged by
+        :func:`merge_facts`); keys without a value are left out.
     Raises:
         TilakeError: unknown phase; the log or script is missing or unreadable (names the file).
     """
@@ -360,10 +371,12 @@ def facts_meta(phases: Optional[str] = None, log: Optional[PathLike] = None, scr
             raise TilakeError("launch script not found", path=Path(script))
         parsed = parse_script(Path(script))
         st.update(run_facts.settings_from_script(parsed))
+        st.update(script_settings(parsed))
         out["script_path"] = str(Path(script).resolve())
         c = parsed.config
         out["parallel_config"] = {k: c.get(f"train_{k}") for k in ("tp", "pp", "ep", "cp")}
         out["parallel_config"]["infer_tp"] = c.get("infer_tp")
+        out[SCRIPT_DEFAULTS] = script_run_facts(parsed)
     st.update(run_facts.parse_setting_items(settings))
     if st:
         out["settings"] = st
@@ -399,9 +412,8 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
     facts = _facts(model)
     with captures_for(profiler_output, train, infer, ray=ray, rl_step=rl_step) as (caps, fleet):
         check_sides(caps, profiler_output, allow_missing)
-        meta = run_meta(**model, collection_method=RECORDED,
-                        source_path=source_description(profiler_output, train, infer))
-        meta.update(facts)
+        meta = merge_facts(run_meta(**model, collection_method=RECORDED,
+                                    source_path=source_description(profiler_output, train, infer)), facts)
         with lake.writing(), ingest_bar(progress) as bar:
             return ingest_profile(lake, rid, caps, meta, allow_missing=allow_missing, progress=bar,
                                   profiler_step=profiler_step, fleet=fleet)
@@ -447,8 +459,7 @@ def run_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Optiona
     if out_dir is None:
         out_dir = Path(profiler_output).resolve().parent if profiler_output else Path(".")
     facts = _facts(model)
-    meta = run_meta(**model, collection_method=RECORDED)
-    meta.update(facts)
+    meta = merge_facts(run_meta(**model, collection_method=RECORDED), facts)
     return run_profile(Path(profiler_output) if profiler_output else None, lake, rid, Path(out_dir), run_meta=meta,
                        lang=lang, train=train, infer=infer, allow_missing=allow_missing, progress=progress,
                        profiler_step=profiler_step, rl_step=rl_step, ray=ray)

@@ -57,6 +57,7 @@ from tilake.lake.registry import model_family_for
 from tilake.lake.store import Lake, validate_run_id
 from tilake.pipeline.scan_dump import msprobe_fix, scan_dump_phase
 from tilake.pipeline.scan_print import config_view, result_json, stage3_view, write_skipped_report
+from tilake.pipeline.script_facts import script_settings
 from tilake.reports.json_out import emit_json
 from tilake.reports.scan_console import ScanConsole, escape
 from tilake.vocab import Evidence, ExitCode
@@ -129,7 +130,7 @@ def run_meta(parsed: Optional[ParsedScript], probe: Optional[NpuProbe], stage3: 
         rl["_hydra_overrides"] = c["hydra_overrides"]
         rl["_sources"] = dict(parsed.sources, model_family=fam_src)
         rl["_profiler"] = parsed.profiler
-        meta["settings"] = settings_from_script(parsed)
+        meta["settings"] = {**settings_from_script(parsed), **script_settings(parsed)}
     if probe is not None:
         meta["tool_versions"] = tool_versions(probe)
     if stage3 is not None:

@@ -17,12 +17,21 @@ from tilake.lake.dump_records import DumpJoin
 from tilake.vocab import Grade, grade_looks
 
 QUERIES = Path(__file__).resolve().parent / "queries"
+ODD_SHOWN = 4
+"""Odd layers the report names one by one (a table, the layers whose alignment differs first); the rest are counted
+in one line (fct_kernel_layers and fct_kernel_alignment hold them all): at most 5 lines however many layers differ."""
 
 
 def _rows(con, name: str, run_id: str) -> List[Dict[str, Any]]:
     cur = con.execute((QUERIES / f"{name}.sql").read_text(encoding="utf-8"), {"run_id": run_id})
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def groups_all_layers(con, run_id: str) -> List[int]:
+    """Every aligned layer of the run (fct_kernel_alignment), for the odd-layer count."""
+    return [r[0] for r in con.execute("select distinct layer from main.fct_kernel_alignment where run_id = $run_id "
+                                      "and layer is not null order by layer", {"run_id": run_id}).fetchall()]
 
 
 def positions(first: Optional[int], last: Optional[int]) -> str:
@@ -62,8 +71,10 @@ def alignment_facts(con, run_id: str) -> Dict[str, Any]:
     """Everything the alignment sections show for ``run_id``.
 
     Returns:
-        ``{"layers": {side: [rows]}, "summary": {side: row}, "status", "reason", "groups": {layer: [rows]},
-        "odd": {layer: reason}, "links": {module: [rows]}, "link_rows": [rows], "boundaries": [rows],
+        ``{"layers": {side: [rows]}, "summary": {side: row}, "status", "reason", "groups": {layer: [rows]} (the
+        first layer and the odd layers named), "odd": {layer: reason} (the first :data:`ODD_SHOWN` layers whose
+        alignment differs), "odd_summary": {"sides": {side: (odd, layers)}, "alignment": (odd, layers), "total",
+        "rows": the first :data:`ODD_SHOWN` odd layers of either kind}, "links": {module: [rows]}, "link_rows": [rows], "boundaries": [rows],
         "join": {"status", "reason"} | None, "first_divergence": [rows]}``; empty lists when the run
         has no alignment (a warehouse built before the alignment step: ``status`` ``missing``).
     """
@@ -80,7 +91,17 @@ def alignment_facts(con, run_id: str) -> Dict[str, Any]:
         g["train_pos"] = positions(g["train_first"], g["train_last"])
         g["infer_pos"] = positions(g["infer_first"], g["infer_last"])
         groups.setdefault(g["layer"], []).append(g)
-    odd = {li: rows[0]["odd_reason"] for li, rows in groups.items() if rows and rows[0]["odd_layer"]}
+    odd_all = {li: rows[0]["odd_reason"] for li, rows in groups.items() if rows and rows[0]["odd_layer"]}
+    odd = dict(list(odd_all.items())[:ODD_SHOWN])
+    first_layer = min(groups) if groups else None
+    groups = {li: g for li, g in groups.items() if li == first_layer or li in odd}
+    odd_rows = [{"side": "both", "layer": li, "why": why, "kind": "alignment"} for li, why in odd_all.items()]
+    odd_rows += [{"side": r["side"], "layer": r["layer"], "why": r["odd_reason"], "kind": "side"}
+                 for s in ("train", "infer") for r in by_side.get(s, []) if r["odd"]]
+    odd_counts = {s: (sum(1 for r in by_side.get(s, []) if r["odd"]),
+                      sum(1 for r in by_side.get(s, []) if r["layer"] is not None)) for s in ("train", "infer")}
+    odd_summary = {"sides": odd_counts, "alignment": (len(odd_all), len(groups_all_layers(con, run_id))),
+                   "total": len(odd_rows), "rows": odd_rows[:ODD_SHOWN]}
     link_rows = _rows(con, "alignment_links", run_id)
     links: Dict[str, List[Dict[str, Any]]] = {}
     for r in link_rows:
@@ -99,7 +120,7 @@ def alignment_facts(con, run_id: str) -> Dict[str, Any]:
             if b["boundary"] not in [x["boundary"] for x in confirm[b["module"]]]:
                 confirm[b["module"]].append(b)
     return {"layers": by_side, "summary": summary, "status": status, "reason": reason, "groups": groups,
-            "odd": odd, "links": links, "link_rows": link_rows, "boundaries": bks, "join": join,
+            "odd": odd, "odd_summary": odd_summary, "links": links, "link_rows": link_rows, "boundaries": bks, "join": join,
             "first_divergence": first, "points": points, "confirm": confirm}
 
 

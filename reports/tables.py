@@ -7,8 +7,9 @@ The seed CSV (``operator_diff_table.csv``, :mod:`tilake.reports.op_diff`) keeps 
 compare's xlsx: one sheet per table, frozen header row, an autofilter, and a fill colour per grade (or
 per boundary status).
 
-Device time per comparison row and side is the sum of ``fct_side_ops.total_dur_ns`` over the row's op
-types (``reports/queries/op_diff_device_time.sql``, read-only on the marts); the mean is that total over
+Device time per comparison row and side is the summed kernel time of the row's ops as the row holds them
+(``fct_op_comparison.train_dur_ns`` / ``infer_dur_ns``, ``reports/queries/op_diff_device_time.sql``, read-only on
+the marts: an op type split across rows by its context counts in each row once); the mean is that total over
 the row's kernel calls, and the ratio is infer over train (what msprof-analyze ``compare`` shows as the
 duration ratio). A side without ops, or whose kernels carry no duration, has no device time (empty cell),
 never 0.

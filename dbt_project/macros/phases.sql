@@ -66,3 +66,23 @@ nullif(array_to_string(list_filter(
                    x -> nullif(x, '')),
     x -> x is not null and x not in ('N/A', 'NULL')), ','), '')
 {%- endmacro %}
+
+{% macro tilake_compared_kernels(due) %}
+{#- FROM … WHERE of a per-run incremental model over the compared phases: the phase aggregate `k`
+    (int_kernel_phases_aggregated) of the due runs (`todo`), in the phases int_phases_selected compares. -#}
+from {{ ref('int_kernel_phases_aggregated') }} k
+join todo on todo.run_id = k.run_id
+join {{ ref('int_phases_selected') }} s on s.run_id = k.run_id and s.side = k.side
+where {{ tilake_run_filter('k.run_id', due) }}
+  and (s.compares_all or list_contains(s.compared_phases, k.phase))
+{%- endmacro %}
+
+{% macro tilake_kernel_sums() -%}
+{#- The sums of a compared-kernel aggregate over `k` (tilake_compared_kernels): registration time, calls, kernel
+    rows, kernel time (ns) and ranks. -#}
+any_value(todo.registered_at) as registered_at,
+    sum(k.calls) as calls,
+    sum(k.kernel_rows) as kernel_rows,
+    sum(k.total_dur_ns) as total_dur_ns,
+    count(distinct k.rank) as ranks
+{%- endmacro %}

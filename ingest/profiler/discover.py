@@ -39,8 +39,10 @@ from tilake.ingest.profiler.verl_layouts import (  # noqa: F401 (re-exported)
     msprof_capture,
     msprof_dbs,
     order_rollout_steps,
+    replica_of,
     rl_steps,
     select_rl_step,
+    set_replica,
     trace_capture,
 )
 from tilake.ingest.torch.find import find_traces, is_trace_name
@@ -139,7 +141,8 @@ def _end_time(c: Capture) -> int:
 
 
 def dedupe(caps: List[Capture]) -> List[Capture]:
-    """Keep one capture per (side, rank, role folder); the others are listed on the kept one's ``duplicates``.
+    """Keep one capture per (side, rank, role folder, rollout replica); the others are listed on the kept one's
+    ``duplicates``.
 
     Rule (stated in the capture health reason): a DB over a text export over raw/empty folders, then the
     highest profiler level (``Level2`` > ``Level1`` > ``Level0`` > unknown), then the latest
@@ -152,8 +155,8 @@ def dedupe(caps: List[Capture]) -> List[Capture]:
     for c in caps:
         if c.kind == "trace" or c.rankless:
             out.append(c)
-        else:
-            groups.setdefault((c.side, c.rank, c.role), []).append(c)
+        else:   # two rollout replicas repeat engine rank 0: never duplicates of each other
+            groups.setdefault((c.side, c.rank, c.role, c.replica), []).append(c)
     for grp in groups.values():
         grp = sorted(grp, key=lambda c: (-kind_rank.get(c.kind, 0), -_level_rank(c.level), -_end_time(c),
                                          str(c.path)))
@@ -198,7 +201,7 @@ def discover(root: Path) -> List[Capture]:
         side = side_of(list(pt.relative_to(root).parts))
         for c in classify_pt_dir(pt, side):
             c.role = role_of(list(pt.relative_to(root).parts[:-1]))
-            caps.append(c)
+            caps.append(set_replica(c, list(pt.relative_to(root).parts)))
             seen.add(c.path.resolve())
     # loose DB files not inside an *_ascend_pt folder
     for db in sorted(root.rglob("ascend_pytorch_profiler*.db")):
@@ -210,8 +213,9 @@ def discover(root: Path) -> List[Capture]:
                             role=role_of(list(db.relative_to(root).parts[:-1]))))
     for db in msprof_dbs(root):          # msprof's own export (service profiling, no torch_npu layer)
         if db.resolve() not in seen:
-            caps.append(msprof_capture(db, side_of(list(db.relative_to(root).parts)),
-                                       role_of(list(db.relative_to(root).parts[:-1]))))
+            caps.append(set_replica(msprof_capture(db, side_of(list(db.relative_to(root).parts)),
+                                                   role_of(list(db.relative_to(root).parts[:-1]))),
+                                    list(db.relative_to(root).parts)))
             seen.add(db.resolve())
     for tr, _rank in find_traces(root):  # torch-profiler traces (global_profiler.tool=torch)
         caps.append(trace_capture(tr, list(tr.relative_to(root).parts)))
@@ -243,6 +247,11 @@ def explicit(path: Path, side: str) -> List[Capture]:
         return [trace_capture(path, [path.parent.name, path.name], side)]
     if path.is_file() and _MSPROF_DB_RE.match(path.name):
         return [msprof_capture(path, side)]
+    if path.is_dir() and not path.name.endswith("_ascend_pt") and path.name != "ASCEND_PROFILER_OUTPUT":
+        dbs = msprof_dbs(path) or ([db for db in sorted(path.glob("msprof_*.db")) if _MSPROF_DB_RE.match(db.name)]
+                                   if path.name == "mindstudio_profiler_output" else [])
+        if dbs and not any(path.rglob("*_ascend_pt")):   # a PROF_* folder of msprof / the service profiler
+            return [set_replica(msprof_capture(db, side), [path.name, *db.relative_to(path).parts]) for db in dbs]
     if path.is_file():
         m = _DB_RE.match(path.name)
         pt = path.parent.parent if path.parent.name == "ASCEND_PROFILER_OUTPUT" else None
@@ -260,6 +269,8 @@ def explicit(path: Path, side: str) -> List[Capture]:
     caps = [c for pt in sorted(path.rglob("*_ascend_pt")) if pt.is_dir() for c in classify_pt_dir(pt, side)]
     for c in caps:
         c.role = role_of(list(Path(c.pt_dir).relative_to(path).parts[:-1])) if c.pt_dir else ""
+        if c.pt_dir:
+            set_replica(c, [path.name, *Path(c.pt_dir).relative_to(path).parts])
     if not caps:
         caps = [c for db in sorted(path.rglob("ascend_pytorch_profiler*.db")) for c in explicit(db, side)]
     if not caps:

@@ -14,7 +14,8 @@ call stacks and MSTX ranges. The evidence gate:
 Captures arrive deduplicated and with rank-less workers numbered (:mod:`.discover`); the reason of each
 says which duplicates were ignored and how many workers make the side total. Steps (:mod:`.steps`): every
 kernel gets its ``step``; per side only the steps every ranked capture with markers covers are counted
-(or the one ``profiler_step``), and ranks without markers or with an open tail are flagged.
+(or the one ``profiler_step``; :mod:`.step_window`), a rank without markers beside step-windowed ranks is left out
+with a line, and ranks with an open tail are flagged.
 The parallel layout of ``profiler_metadata.json`` (:mod:`.metadata`) fills ``runs.parallel_config`` when
 the caller gave none.
 """
@@ -47,18 +48,18 @@ from tilake.ingest.profiler.db import (
 from tilake.ingest.profiler.discover import Capture
 from tilake.ingest.profiler.evidence import USABLE, SideEvidence, side_evidence
 from tilake.ingest.profiler.metadata import empty_reason, parallel_groups, parallel_layout, read_metadata
+from tilake.ingest.profiler.step_window import restrict_steps, step_row
 from tilake.ingest.profiler.steps import (
     StepCounts,
     StepMarks,
     assign_steps,
-    common_steps,
     db_step_marks,
-    restrict,
     stage_launch_times,
     text_step_marks,
 )
 from tilake.ingest.profiler.text import load_text
 from tilake.ingest.run_facts import RunMeta, versions_from_profiler_info
+from tilake.ingest.torch.find import trace_versions
 from tilake.ingest.torch.load import ingest_trace
 from tilake.lake import schema
 from tilake.lake.duck import connect, with_sqlite
@@ -215,66 +216,6 @@ def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResu
                              f"torch_npu.profiler.profiler.analyse('{cap.path}') on the Ascend host, "
                              "then ingest again")
     return CaptureResult(cap, CaptureStatus.EVIDENCE_MISSING, empty_reason(cap.pt_dir or cap.path))
-
-
-def _restrict_steps(w, results: List[CaptureResult], profiler_step: Optional[int]) -> List[str]:
-    """Count per side only the steps every capture with step markers covers (or ``profiler_step``)."""
-    lines = []
-    for side in ("train", "infer"):
-        mine = [r for r in results if r.capture.side == side and r.status in USABLE and r.files
-                and r.capture.kind in ("db", "text", "trace")]
-        marked = [r for r in mine if r.step_counts.per_step]
-        for r in mine:
-            if not r.step_counts.per_step:
-                r.notes.append("no step markers (STEP_TIME, ProfilerStep#N, kernel_details Step Id): "
-                               "all kernels counted, not restricted to common steps")
-            elif r.step_counts.tail:
-                last = max(r.step_counts.per_step)
-                r.notes.append(f"open tail: {r.step_counts.tail} kernel call(s) launched after step {last} "
-                               f"ended (kept; --profiler-step {last} counts that step only)")
-        if not marked:
-            continue
-        if profiler_step is not None:
-            lacking = [r for r in marked if profiler_step not in r.step_counts.per_step]
-            if lacking:
-                raise TilakeError(f"--profiler-step {profiler_step}: not captured by " + "; ".join(
-                    f"{r.capture.side} rank {r.capture.rank} (steps {sorted(r.step_counts.per_step)})"
-                    for r in lacking))
-            keep = [profiler_step]
-        else:
-            keep = common_steps([list(r.step_counts.per_step) for r in marked])
-        ranks = ", ".join(str(r.capture.rank) for r in marked)
-        if not keep:  # disjoint steps: restricting would drop everything; count all and say so
-            lines.append(f"{side}: no step is covered by every rank (" + "; ".join(
-                f"rank {r.capture.rank}: {sorted(r.step_counts.per_step)}" for r in marked)
-                + "): all steps counted; --profiler-step N counts one step")
-            continue
-        if len(marked) > 1 or profiler_step is not None:  # one rank alone: nothing restricted, nothing to say
-            lines.append(f"{side}: steps counted {keep} "
-                         + (f"(selected; ranks {ranks})" if profiler_step is not None
-                            else f"(covered by every rank with step markers: ranks {ranks})"))
-        for r in marked:
-            r.steps_kept = keep
-            drop = sorted(set(r.step_counts.per_step) - set(keep))
-            if not drop and profiler_step is None:
-                r.info.append(f"step(s) {keep} counted ({r.marks.source})")
-            if drop or profiler_step is not None:
-                kept, _dropped = restrict(w.con, r.files, set(keep), drop_outside=profiler_step is not None)
-                calls = sum(n for s, n in r.step_counts.per_step.items() if s not in keep)
-                r.kernels = kept
-                r.notes.append(f"steps counted {keep} ({r.marks.source})" + (f"; step(s) {drop} not covered by every rank: "
-                                                          f"{calls} kernel call(s) left out" if drop else "")
-                               + ("; kernels outside the step left out" if profiler_step is not None else ""))
-    return lines
-
-
-def _step_row(r: CaptureResult) -> Dict:
-    sc = r.step_counts
-    if not sc.per_step:
-        return {"step_source": r.marks.source or None}
-    return {"step_source": r.marks.source, "steps": json.dumps({str(k): v for k, v in sorted(sc.per_step.items())}),
-            "kernels_outside_steps": sc.outside, "open_tail_kernels": sc.tail,
-            "steps_kept": json.dumps(r.steps_kept) if r.steps_kept is not None else None}
 
 
 def _run_one(cap: Capture, w, row: Dict, say) -> CaptureResult:
@@ -454,15 +395,20 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
                 meta["parallel_config"] = parallel_layout(md)
         result.captures = (fleet.run(w, captures, rows, bar, task) if fleet is not None
                            else _run_captures(w, captures, rows, bar, task, workers))
-        result.notes += _restrict_steps(w, result.captures, profiler_step)
+        result.notes += restrict_steps(w, result.captures, profiler_step)
         for side in ("train", "infer"):
             n = max((c.capture.workers for c in result.captures if c.capture.side == side), default=0)
             if n > 1:
                 result.notes.append(f"{side}: {n} workers merged into the side total (no rank ids; one rank slot each)")
+            reps = sorted({c.capture.replica for c in result.captures
+                           if c.capture.side == side and c.capture.replica is not None})
+            if len(reps) > 1:
+                result.notes.append(f"{side}: {len(reps)} inference replicas ({', '.join(map(str, reps))}), "
+                                    "counted per replica (each engine repeats rank 0; one rank slot each)")
         for res, row in zip(result.captures, rows):
             reason = "; ".join(x for x in [res.reason, *res.notes, *res.info] if x)
             row.update(status=res.status, reason=reason, kernel_count=res.kernels, host_op_count=res.host_ops,
-                       **_step_row(res))
+                       **step_row(res))
             if res.source_kind:
                 row["source_kind"] = res.source_kind
             row.setdefault("backend", {"db": "ascend_db", "text": "ascend_text"}.get(row["source_kind"]))
@@ -473,8 +419,13 @@ def ingest_profile(lake: Lake, run_id: str, captures: Sequence[Capture], run_met
             result.sides[side] = ev
             if ev.missing and not allow_missing:
                 raise TilakeError(f"{side} side has no device evidence — {ev.reason}")
-        # torch_npu / CANN versions of the capture (profiler_info_*.json) where the caller recorded none
+        # torch_npu / CANN versions of the capture (profiler_info_*.json), vLLM's of a rollout trace header, where
+        # the caller recorded none
         found = versions_from_profiler_info(c.pt_dir for c in captures)
+        for c in captures:   # and what a torch trace's header states (vLLM's vllm_version)
+            if c.kind == "trace":
+                for k, v in trace_versions(c.path).items():
+                    found.setdefault(k, v)
         if found:
             tv = dict(meta.get("tool_versions") or {}) if isinstance(meta.get("tool_versions"), dict) else {}
             for k, v in found.items():

@@ -8,11 +8,19 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from tilake.errors import TilakeError
 from tilake.ingest.profiler.capture import Capture, device_of, role_of, side_of
-from tilake.ingest.torch.find import TraceName, find_summaries, trace_engine, trace_name, trace_rank
+from tilake.ingest.torch.find import (
+    RELOCATED_RE,
+    REPLICA_DIR_RE,
+    TraceName,
+    find_summaries,
+    trace_engine,
+    trace_name,
+    trace_rank,
+)
 from tilake.lake.duck import sqlite_ro
 
 #: verl torch-trace scopes/prefixes that belong to the rollout (inference) side
@@ -22,6 +30,42 @@ _STEP_DIR_RE = re.compile(r"^(?:step[_-]?)?(\d+)$")
 
 
 _MSPROF_DB_RE = re.compile(r"^msprof_\d+\.db$")
+#: a msprof ``PROF_*`` folder, also relocated by verl (``rollout-replica<r>[-globalrank<g>]_PROF_…``)
+_PROF_DIR_RE = re.compile(r"^(?:rollout-replica\d+(?:-globalrank\d+)?_)?PROF_")
+
+
+def replica_of(rel_parts: List[str]) -> Tuple[Optional[int], Optional[int]]:
+    """``(replica, global rank)`` of a rollout capture from its path below ``save_path``: an
+    ``agent_loop_rollout_replica_<r>`` folder (verl ``rollout_trace_dir``, the nested layout), else a name that
+    verl's ``relocate_rollout_traces`` (``global_profiler.relocate_results=True``) moved up into ``save_path``:
+    ``rollout-replica<r>[-globalrank<g>]_<original name>`` (verl ``utils/profiler/config.py``; ``-globalrank`` only
+    with a replica spanning several devices). ``(None, None)`` when neither: a replica's engine repeats rank 0, so
+    without the replica two replicas would read as duplicates of one rank."""
+    for part in rel_parts:
+        m = REPLICA_DIR_RE.match(part)
+        if m:
+            return int(m.group(1)), None
+    for part in rel_parts:
+        m = RELOCATED_RE.match(part)
+        if m:
+            return int(m.group("replica")), (int(m.group("grank")) if m.group("grank") else None)
+    return None, None
+
+
+def set_replica(cap: Capture, rel_parts: List[str]) -> Capture:
+    """Give an Ascend / msprof capture its rollout replica (:func:`replica_of`) so :func:`assign_replica_ranks`
+    counts it per replica: ``engine_rank`` keeps the rank the capture names, a ``-globalrank<g>`` becomes its rank
+    (``rank_source`` ``global_rank``); a relocated capture outside any role folder gets the role
+    ``rollout replica <r>``. Captures of no replica are returned unchanged."""
+    replica, grank = replica_of(rel_parts)
+    if replica is None:
+        return cap
+    cap.replica, cap.engine_rank = replica, cap.rank
+    if grank is not None:
+        cap.rank, cap.rank_source = grank, "global_rank"
+    if not cap.role:
+        cap.role = f"rollout replica {replica}"
+    return cap
 
 
 def msprof_dbs(root: Path) -> List[Path]:
@@ -32,7 +76,7 @@ def msprof_dbs(root: Path) -> List[Path]:
     for db in sorted(Path(root).rglob("msprof_*.db")):
         rel = db.relative_to(root).parts
         if (_MSPROF_DB_RE.match(db.name) and db.parent.name == "mindstudio_profiler_output"
-                and db.parent.parent.name.startswith("PROF_")
+                and _PROF_DIR_RE.match(db.parent.parent.name)
                 and not any(p.endswith("_ascend_pt") for p in rel[:-1])):
             out.append(db)
     return out
@@ -121,7 +165,9 @@ def assign_replica_ranks(caps: List[Capture]) -> List[Capture]:
     merged or dropped as duplicates. Relocated traces with ``-globalrank<g>`` keep ``g``.
     ``rank_source`` becomes ``replica``."""
     for side in {c.side for c in caps}:
-        reps = [c for c in caps if c.side == side and c.replica is not None and c.rank_source != "global_rank"]
+        # rank-less workers (rank_id -1) already have a slot each (assign_worker_ranks)
+        reps = [c for c in caps if c.side == side and c.replica is not None
+                and c.rank_source not in ("global_rank", "none", "worker")]
         if not reps:
             continue
         keys = sorted({(c.replica, c.engine_rank or 0) for c in reps})

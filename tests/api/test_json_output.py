@@ -25,7 +25,7 @@ def test_example_json(example):
     out, got = example
     assert got["run_id"] == "example-qwen3-0.6b-grpo" and got["status"] == "ok"
     assert got["lake"] == str((out / "lake").resolve())
-    assert got["grade_counts"] == {"red": 1, "orange": 2, "yellow": 3, "green": 9, "evidence_missing": 0}
+    assert got["grade_counts"] == {"red": 1, "orange": 2, "yellow": 2, "green": 4, "evidence_missing": 0}
     assert got["evidence"] == {"train": "device", "infer": "device"} and got["kernels"] > 10000
     names = {k: Path(v).name for k, v in got["outputs"].items() if k != "runtime_ops"}
     assert names == {"report": "train_infer_op_diff_report.md", "csv": "operator_diff_table.csv",

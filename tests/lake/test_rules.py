@@ -38,7 +38,7 @@ def test_merge_replaces_by_key_and_adds_new_rows(tmp_path):
     _write(tmp_path / "grading_rules.csv", cols[::-1], [[r[c] for c in cols[::-1]] for r in (row, new)])
     text, counts = rules.merge_seed(SHIPPED, tmp_path / "grading_rules.csv")
     merged = list(csv.DictReader(text.splitlines()))
-    assert counts == {"rows": 17, "replaced": 1, "added": 1}
+    assert counts == {"rows": 19, "replaced": 1, "added": 1}
     assert [r["grade"] for r in merged if r["rule_id"] == "same_ops"] == ["yellow"]
     assert merged[-1]["rule_id"] == "my_rule" and list(merged[0]) == cols
 
@@ -92,12 +92,12 @@ def test_a_rules_dir_changes_a_grade_and_is_recorded(tmp_path, monkeypatch):
     _write(lake.root / "rules" / "grading_rules.csv", list(row), [list(row.values())])
     res = build_swapped(lake, progress=False)
     assert res.success and res.full_refresh   # the project fingerprint changed with the rules
-    assert res.rules["files"] == {"grading_rules.csv": {"rows": 16, "replaced": 1, "added": 0}}
+    assert res.rules["files"] == {"grading_rules.csv": {"rows": 18, "replaced": 1, "added": 0}}
     after, (sha2, recorded) = _grades(lake, "same_ops")
     assert after == {"yellow": before["green"]} and sha2 != sha
     rec = json.loads(recorded)
     assert rec["dir"] == str(lake.root / "rules") and rec["files"] == {
-        "grading_rules.csv": {"rows": 16, "replaced": 1, "added": 0}} and len(rec["sha256"]) == 64
+        "grading_rules.csv": {"rows": 18, "replaced": 1, "added": 0}} and len(rec["sha256"]) == 64
     # the packaged project was not touched; without the rules the next build refreshes back
     assert "same_ops,10,green" in SHIPPED.read_text(encoding="utf-8")
     (lake.root / "rules" / "grading_rules.csv").unlink()
@@ -176,7 +176,7 @@ def test_bool_column_and_user_grades(tmp_path):
     _rules_text(tmp_path / "r" / "grading_rules.csv", GRADING_HEADER + "same_ops,10,purple,a,b,c,d\n")
     _, rec = rules.project_with_rules(PROJECT_DIR, tmp_path / "r", tmp_path / "work")
     assert rec["files"] == {"grades.csv": {"rows": 6, "replaced": 0, "added": 1},
-                            "grading_rules.csv": {"rows": 16, "replaced": 1, "added": 0}}
+                            "grading_rules.csv": {"rows": 18, "replaced": 1, "added": 0}}
     assert "same_ops,10,purple,a,b,c,d" in (tmp_path / "work" / "seeds" / "grading_rules.csv").read_text("utf-8")
 
 

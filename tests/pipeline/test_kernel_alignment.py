@@ -188,7 +188,8 @@ def test_injected_odd_layer_is_named(tmp_path):
                        "where run_id = 'odd' and layer = 5 and infer_kernels = 'Add'")
     assert rel == [("same", "Add", 8, 8)]     # the fallback's Add pairs with the training Add, not with a neighbour
     md = Path(res.report_path).read_text(encoding="utf-8")
-    assert "- **layer 5**: alignment differs" in md and "Layer 5 side by side (odd layer)" in md
+    assert "| alignment | 5 | alignment differs" in md and "Layer 5 side by side (odd layer)" in md
+    assert "- Odd layers: training 0/8, inference 2/8 layers differ from the side's most common layer; 2/8" in md
 
 
 # ------------------------------------------------------------------------------ profile ⋈ dump
@@ -225,7 +226,11 @@ def test_first_divergence_names_its_kernels_and_red_rows_their_boundary(joined):
     att = [r for r in rows if r[2] == "attention"]
     assert att == [("L0.attn_core.out", "joined", "attention", "red", "different_impl", "FlashAttentionScore",
                     "FusedInferAttentionScore", 6, 6)]
-    assert {r[2] for r in rows} == {"attention", "rope", "kv_cache"}
+    # RoPE's own boundaries (q/k after RoPE) are bitwise equal in layer 0: it is not blamed for the attention core
+    assert {r[2] for r in rows} == {"attention", "kv_cache"}
+    own = q(lake.root, "select boundary, status, module from fct_boundary_kernels where run_id = 'same-step' "
+                       "and round = 0 and layer = 0 and boundary in ('L0.q_after_rope', 'L0.k_after_rope')")
+    assert sorted(set(own)) == [("L0.k_after_rope", "EXACT", "rope"), ("L0.q_after_rope", "EXACT", "rope")]
     # the report: first divergence with kernels, and the red row's boundary with its dump status
     from tilake.pipeline.profile import report_command
 

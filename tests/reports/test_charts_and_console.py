@@ -36,16 +36,17 @@ def test_overview_bars_fit_the_frame_with_counts_and_a_grade_legend(facts):
     try:
         ax = fig.axes[0]
         top = max(max(r["train_calls"], r["infer_calls"]) for r in facts["comparison"])
-        assert top == 4521                                   # MatMul (linear), training side
+        assert top == 1352                                   # Residual + norm, training side (RmsNorm + Add)
         assert ax.get_xlim()[1] >= 10 * top                  # a decade of room: no bar reaches the frame
         assert all(t.get_position()[0] < ax.get_xlim()[1] / 2 for t in ax.texts)   # labels inside too
         texts = _texts(fig)
-        assert "4,521" in texts and "672" in texts and "224" in texts
-        # 3 rows without training ops (KV cache, Softmax, Sampling), 4 without inference ops
-        assert texts.count("none") == 7 and "no evidence" not in texts
+        assert "1,352" in texts and "904" in texts and "224" in texts
+        # the log-prob forward vs the prefill: 2 rows without training ops (KV cache, Sampling), none without
+        # inference ops (backward, optimizer and loss kernels belong to update_actor, not compared)
+        assert texts.count("none") == 2 and "no evidence" not in texts
         legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert legend == ["grade: high", "grade: medium", "grade: low",
-                          "grade: none / training only / inference only", "train (solid)", "infer (hatched)"]
+        assert legend == ["grade: high", "grade: medium", "grade: low / inference only",
+                          "grade: none / inference only", "train (solid)", "infer (hatched)"]
     finally:
         plt.close(fig)
 
@@ -60,7 +61,7 @@ def test_overview_labels_a_side_without_evidence(facts):
     fig = op_diff.overview_figure(f)
     try:
         texts = _texts(fig)
-        assert texts.count("no evidence") == len(f["comparison"]) == 15
+        assert texts.count("no evidence") == len(f["comparison"]) == 9
         assert "inference: evidence_missing — no bars for this side" in texts
         assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()][0] == "grade: evidence missing"
     finally:
@@ -101,7 +102,7 @@ def test_runs_at_80_columns_never_wrap_run_ids_or_print_dicts(example_run):
     assert "{" not in text and "}" not in text and "'" not in text     # no raw Python dicts
     assert "  tags: team=rl, ticket=RL-12" in lines
     assert any(ln.startswith("  Qwen/Qwen3-0.6B (qwen3) · step 1 · ") for ln in lines)
-    assert "  kernels train/infer 14823/2776 · captures 2" in lines
+    assert "  kernels train/infer 14823/3123 · captures 2" in lines
     assert "  tools: cann 8.1.RC1, vllm-ascend 0.9.1" in lines          # 'unknown' versions left out
     wide = io.StringIO()
     run_console.print_runs(runs, Console(file=wide, width=200, force_terminal=False))
@@ -110,10 +111,10 @@ def test_runs_at_80_columns_never_wrap_run_ids_or_print_dicts(example_run):
 
 def test_one_side_rows_and_summary_counts(example_run):
     _out, res = example_run
-    assert res.one_side == {"green:train": 4, "green:infer": 3}
+    assert res.one_side == {"green:infer": 1, "yellow:infer": 1}        # KV cache; sampling (equivalent in training)
     rows = run_console.grade_rows(res.grade_counts, res.one_side)
-    assert rows == [("🔴 高差异 / high", 1), ("🟠 中差异 / medium", 2), ("🟡 低差异 / low", 3),
-                    ("🟢 无差异 / none", 2), ("🟢 训练独有 / training only", 4), ("🟢 推理独有 / inference only", 3)]
+    assert rows == [("🔴 高差异 / high", 1), ("🟠 中差异 / medium", 2), ("🟡 低差异 / low", 1),
+                    ("🟡 推理独有 / inference only", 1), ("🟢 无差异 / none", 3), ("🟢 推理独有 / inference only", 1)]
     md = res.report_path.read_text(encoding="utf-8")
     kv = next(ln for ln in md.splitlines() if ln.startswith("| KV Cache |"))
     assert "🟢 推理独有</span>" in kv and "无差异" not in kv

@@ -67,29 +67,32 @@ def test_html_written_beside_the_markdown(example_run):
 def test_comparison_table_has_grade_rule_and_device_time(example_run, html):
     out, _ = example_run
     att = _row(html, "注意力")
-    assert att[1:5] == ["FlashAttentionScore", "FusedInferAttentionScore", "672", "224"]
-    t_ns = raw_device_ns(out / "lake", "train", ["FlashAttentionScore"])
-    i_ns = raw_device_ns(out / "lake", "infer", ["FusedInferAttentionScore"])
-    assert att[5] == f"{t_ns / 1000:,.1f} / {t_ns / 1000 / 672:,.1f}"
+    # the default phases: the actor's log-prob forward (224 FlashAttentionScore) vs the rollout prefill
+    assert att[1:5] == ["FlashAttentionScore", "FusedInferAttentionScore", "224", "224"]
+    t_ns = raw_device_ns(out / "lake", "train", ["FlashAttentionScore"], phase="actor_compute_log_prob")
+    i_ns = raw_device_ns(out / "lake", "infer", ["FusedInferAttentionScore"], phase="execute_context_%_generation_0(0)")
+    assert att[5] == f"{t_ns / 1000:,.1f} / {t_ns / 1000 / 224:,.1f}"
     assert att[6] == f"{i_ns / 1000:,.1f} / {i_ns / 1000 / 224:,.1f}"
     assert att[7] == f"{i_ns / t_ns:.2f}×"
     # the grade reads without emoji or CJK fonts: the English word beside the zh label (and the badge's colour)
     assert att[9] == "🔴 高差异 HIGH" and att[10].startswith("different_fused_kernel")
     # a one-side-only row says so, with its grade; never "none"
     kv = _row(html, "KV Cache")
+    # the grade reads without emoji or CJK fonts: the English word beside the zh label (and the badge's colour)
     assert kv[8] == "推理独有" and kv[9] == "🟢 推理独有 INFERENCE ONLY" and kv[5] == "— / —" and kv[7] == "—"
-    assert _row(html, "反向传播")[9] == "🟢 训练独有 TRAINING ONLY" and _row(html, "激活函数")[9] == "🟢 无差异 NONE"
-    # the key counts them apart: 2 identical, 4 training-only, 3 inference-only of the 9 green rows
-    # (MatMulV2+V3 vs MatMulV2 is 🟡 same_base_op: different kernels)
+    assert _row(html, "采样")[9] == "🟡 低差异 · 推理独有 LOW · INFERENCE ONLY"
+    assert _row(html, "激活函数")[9] == "🟢 无差异 NONE"
+    # the key counts them apart: 3 identical and 1 inference-only of the 4 green rows, 1 of the 2 yellow rows
+    # inference-only (sampling, equivalent in training)
     key = re.search(r'<p class="key">(.*?)</p>', html, re.S).group(1)
     pairs = re.findall(r"(\S+ \S+) × (\d+)", re.sub(r"<[^>]+>", "", re.sub(r' <span class="gk">.*?</span>', "", key)))
-    assert pairs[3:6] == [("🟢 无差异", "2"), ("🟢 训练独有", "4"), ("🟢 推理独有", "3")], pairs
+    assert pairs[2:6] == [("🟡 低差异", "1"), ("· 推理独有", "1"), ("🟢 无差异", "3"), ("🟢 推理独有", "1")], pairs
 
 
 def test_long_sequences_fold_into_details(html):
-    back = _row(html, "反向传播")
-    assert back[1].startswith("RmsNormGrad(904)+… (6 种)")     # summary line, the rest inside <details>
-    assert re.search(r"<details><summary>RmsNormGrad\(904\)\+… \(6 种\)</summary><div class=\"seq\">RmsNormGrad\(904\)\n",
+    samp = _row(html, "采样")
+    assert samp[2].startswith("ApplyTopKTopP(8)+… (7 种)")     # summary line, the rest inside <details>
+    assert re.search(r"<details><summary>ApplyTopKTopP\(8\)\+… \(7 种\)</summary><div class=\"seq\">ApplyTopKTopP\(8\)\n",
                      html)
 
 
@@ -100,7 +103,7 @@ def test_key_filters_sections_stacks_and_inline_chart(example_run, html):
     assert 'id="flt"' in html and html.count('class="gf"') == 4    # text filter + one box per present grade
     assert "addEventListener('click'" in html                     # sortable headers
     sections = re.findall(r'<section class="mod" id="m-([a-z_]+)">', html)
-    assert len(sections) == sum(res.grade_counts.values()) == 15
+    assert len(sections) == sum(res.grade_counts.values()) == 9
     assert html.count("<details><summary>调用栈") >= 3 and "flash_attention.py" in html
     assert re.search(r'src="data:image/png;base64,[A-Za-z0-9+/]{1000,}', html)
 
@@ -169,8 +172,8 @@ def test_headless_chromium_1400px(example_run, html, tmp_path):
     assert m, dom[-2000:]
     got = json.loads(m.group(1).replace("&quot;", '"'))
     assert got["scroll"] <= 1400, got                     # readable at 1,400 px without scrolling sideways
-    assert got["first"] == "MatMul（线性层）"              # most training calls (4,521)
-    assert got["shown"] == "1 / 15"                        # the text filter
+    assert got["first"] == "残差+归一化"                   # most training calls (1,352: RmsNorm + Add)
+    assert got["shown"] == "1 / 9"                         # the text filter
     shot = tmp_path / "shot.png"
     subprocess.run(args + [f"--screenshot={shot}", (example_run[0] / "train_infer_op_diff_report.html").as_uri()],
                    capture_output=True, timeout=120)

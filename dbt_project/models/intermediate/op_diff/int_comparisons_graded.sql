@@ -17,9 +17,23 @@ per_side as (
            count(distinct base_op) filter (where not fused) as n_unfused_base,
            list_sort(list(distinct fusion_scope) filter (where fused)) as scopes,
            list_sort(list(distinct equiv_class) filter (where equiv_class is not null)) as equivs,
-           list_sort(list(distinct joined_by) filter (where joined)) as joined_by
+           list_sort(list(distinct joined_by) filter (where joined)) as joined_by,
+           -- kernels no catalog row names (placed by the fallback or uncategorized): what they compute is unknown
+           list_sort(list(distinct op_type) filter (where category_source <> 'catalog')) as unknown_ops,
+           -- base ops the row's fused kernels replace (catalog `replaces`)
+           list_distinct(flatten(list(string_split(replaces, '+'))
+                                 filter (where fused and replaces is not null and replaces <> ''))) as replaced_bases
     from ops
     group by run_id, display_module, side
+),
+side_loose as (
+    -- base ops a side runs as basic ops of unknown context (left in their catalog module): they may compute
+    -- a fused family's math that the other side runs fused, but nothing says so (docs/rules.md)
+    select run_id, side,
+           list_sort(list(distinct base_op) filter (where not fused and not context_known
+                                                    and display_module = module
+                                                    and module in {{ tilake_basic_modules() }})) as loose_bases
+    from ops group by run_id, side
 ),
 side_unplaced as (
     -- kernel calls a side runs in no module (uncategorized / other): the same math as a module the other
@@ -55,6 +69,9 @@ joined as (
            t.scopes as t_scopes, i.scopes as i_scopes, t.equivs as t_equivs, i.equivs as i_equivs,
            list_concat(coalesce(t.joined_by, []), coalesce(i.joined_by, [])) as joined_by,
            te.all_equivs as t_all_equivs, ie.all_equivs as i_all_equivs,
+           t.replaced_bases as t_replaced, i.replaced_bases as i_replaced,
+           t.unknown_ops as t_unknown, i.unknown_ops as i_unknown,
+           tl.loose_bases as t_loose, il.loose_bases as i_loose,
            coalesce(tu.unplaced, 0) as t_unplaced, coalesce(iu.unplaced, 0) as i_unplaced,
            coalesce(fp.diff_fused_same_backend, false) as diff_fused_same_backend,
            coalesce(fp.diff_backend, false) as diff_backend
@@ -65,6 +82,8 @@ joined as (
     left join side_equivs ie on ie.run_id = m.run_id and ie.side = 'infer'
     left join side_unplaced tu on tu.run_id = m.run_id and tu.side = 'train'
     left join side_unplaced iu on iu.run_id = m.run_id and iu.side = 'infer'
+    left join side_loose tl on tl.run_id = m.run_id and tl.side = 'train'
+    left join side_loose il on il.run_id = m.run_id and il.side = 'infer'
     left join fused_pairs fp on fp.run_id = m.run_id and fp.module = m.module
 ),
 sigs as (
@@ -101,6 +120,13 @@ rule_hits as (
         when 'one_side_with_equiv' then f.one_side and len(list_intersect(
                 coalesce(f.t_equivs, f.i_equivs, []),
                 coalesce(case when f.t_set is null then f.t_all_equivs else f.i_all_equivs end, []))) > 0
+        when 'unknown_kernel_possibly_fused' then f.module in {{ tilake_family_modules() }}
+                and len(list_concat(coalesce(f.t_unknown, []), coalesce(f.i_unknown, []))) > 0
+        when 'one_side_basic_unplaced' then f.one_side and f.module in {{ tilake_family_modules() }} and (
+                (f.t_set is null and len(list_intersect(list_concat(coalesce(f.i_replaced, []), f.i_base),
+                                                        coalesce(f.t_loose, []))) > 0) or
+                (f.i_set is null and len(list_intersect(list_concat(coalesce(f.t_replaced, []), f.t_base),
+                                                        coalesce(f.i_loose, []))) > 0))
         when 'one_side_other_unplaced' then f.one_side and f.module not in ('other', 'uncategorized') and (
                 (f.t_set is null and f.t_unplaced > 0) or (f.i_set is null and f.i_unplaced > 0))
         when 'one_side_no_equiv' then f.one_side
@@ -131,7 +157,11 @@ select
     b.rule_id,
     -- what differs inside the row, in words: the signatures (dtype/format/HF32) of op types both sides
     -- run, or the op versions only one side runs (same_base_op: MatMulV2 vs MatMulV3)
-    case when b.rule_id = 'same_base_op' then
+    case when b.rule_id = 'unknown_kernel_possibly_fused' then
+             'unknown kernel, possibly fused: ' || array_to_string(list_concat(
+                 list_transform(coalesce(f.t_unknown, []), x -> x || ' (train)'),
+                 list_transform(coalesce(f.i_unknown, []), x -> x || ' (infer)')), ', ')
+         when b.rule_id = 'same_base_op' then
              'train ' || coalesce(nullif(array_to_string(
                  list_filter(f.t_set, x -> not list_contains(f.i_set, x)), ', '), ''), '—')
              || ' vs infer ' || coalesce(nullif(array_to_string(

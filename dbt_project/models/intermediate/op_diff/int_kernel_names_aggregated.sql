@@ -5,18 +5,10 @@
 {%- set due = tilake_todo_run_ids() %}
 select
     k.run_id, k.side, k.op_type, k.kernel_name,
-    any_value(todo.registered_at) as registered_at,
-    sum(k.calls) as calls,
-    sum(k.kernel_rows) as kernel_rows,
-    sum(k.total_dur_ns) as total_dur_ns,
-    count(distinct k.rank) as ranks,
+    {{ tilake_kernel_sums() }},
     bool_or(k.op_type_derived) as op_type_derived,
     string_agg(distinct k.source_kinds, ',' order by k.source_kinds) as source_kinds,
     -- task type (AI_CORE, AI_VECTOR_CORE, MIX_AIV, AI_CPU, COMMUNICATION, GPU, CPU): the catalog fallback
     min(k.accelerator) as accelerator
-from {{ ref('int_kernel_phases_aggregated') }} k
-join todo on todo.run_id = k.run_id
-join {{ ref('int_phases_selected') }} s on s.run_id = k.run_id and s.side = k.side
-where {{ tilake_run_filter('k.run_id', due) }}
-  and (s.compares_all or list_contains(s.compared_phases, k.phase))
+{{ tilake_compared_kernels(due) }}
 group by k.run_id, k.side, k.op_type, k.kernel_name

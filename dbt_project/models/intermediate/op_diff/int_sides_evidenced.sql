@@ -1,5 +1,6 @@
 -- grain: run × side (train, infer). Evidence for the side: device | cpu_ops | host_fallback | evidence_missing,
--- with rank coverage (ranks with usable captures vs all ranks seen) and the reasons otherwise.
+-- with rank coverage (ranks with usable captures vs all ranks seen), the reasons otherwise, and the number of
+-- rollout replicas its captures come from (each replica's engine repeats rank 0: counted per replica).
 -- The evidence rule has one home: the profiler ingest decides it per side (ingest/profiler/load.py,
 -- ingest_profile; it must, to refuse a side without evidence before the lake changes) and records it in
 -- runs.rl_config._evidence.side_evidence; this model reads that decision and never re-derives it.
@@ -19,7 +20,10 @@ caps as (
                filter (where status not in ('ok')) as reasons,
            count(*) as captures,
            bool_or(coalesce(truncated, false)) as any_truncated,
-           string_agg(distinct profiler_level, ',' order by profiler_level) as profiler_levels
+           string_agg(distinct profiler_level, ',' order by profiler_level) as profiler_levels,
+           -- rollout replicas: verl's agent_loop_rollout_replica_<r>/ folders or relocated rollout-replica<r>_ names
+           count(distinct nullif(
+               regexp_extract(path, '(?:agent_loop_rollout_replica_|rollout-replica)([0-9]+)', 1), '')) as replicas
     from {{ ref('int_captures_collected') }}
     group by run_id, side
 )
@@ -33,6 +37,7 @@ select
     coalesce(c.reasons, case when c.run_id is null then 'no ' || s.side || ' capture was found' end) as reasons,
     coalesce(c.captures, 0) as captures,
     coalesce(c.any_truncated, false) as any_truncated,
-    c.profiler_levels
+    c.profiler_levels,
+    coalesce(c.replicas, 0) as replicas
 from sides s
 left join caps c using (run_id, side)

@@ -3,7 +3,9 @@
 -- the same layer); one row with no group when none applies. The join is a claim about one computation:
 -- it is refused (join_status 'refused', the reason in join_reason) when the dump's model, step or rank
 -- differ from the profile's, and 'no_profile' when the run holds no kernel alignment. A view over the
--- dump rows and the alignment rows, which are written after the builds.
+-- dump rows and the alignment rows, which are written after the builds. A module whose own boundaries of the
+-- layer (the kinds boundary_modules maps to it alone) are all EXACT is never joined to a shared boundary of that
+-- layer: the dump shows its output bitwise equal, so it does not compute the difference.
 {{ config(materialized='view') }}
 
 with b as (
@@ -83,6 +85,30 @@ checked as (
     left join al_scope as a on d.run_id = a.run_id
 ),
 
+own as (
+    -- boundary kinds one module computes alone (boundary_modules maps the suffix to that module only)
+    select boundary_suffix, any_value(module) as module
+    from {{ ref('boundary_modules') }}
+    where per_layer
+    group by boundary_suffix
+    having count(distinct module) = 1
+),
+
+cleared as (
+    -- modules whose own boundaries in a layer and round are all bitwise equal (EXACT): such a module is
+    -- never blamed for a shared boundary of that layer (RoPE for attn_core.out when q/k after RoPE are EXACT)
+    select
+        b.run_id,
+        b.round,
+        b.layer,
+        o.module
+    from b
+    inner join own as o on b.boundary_suffix = o.boundary_suffix
+    where b.layer is not null
+    group by b.run_id, b.round, b.layer, o.module
+    having bool_and(b.status = 'EXACT')
+),
+
 mods as (
     select
         b.*,
@@ -97,6 +123,12 @@ mods as (
             b.boundary_suffix = bm.boundary_suffix
             and bm.per_layer = (b.layer is not null)
             and c.join_status = 'joined'
+    where not exists (
+        select 1 from cleared as x
+        where
+            x.run_id = b.run_id and x.round = b.round and x.layer = b.layer and x.module = bm.module
+            and not exists (select 1 from own as o where o.boundary_suffix = b.boundary_suffix)
+    )
 ),
 
 grouped as (

@@ -10,7 +10,8 @@ select
     t.profiler_levels as train_profiler_levels,
     i.evidence as infer_evidence, i.ranks_seen as infer_ranks_seen, i.ranks_usable as infer_ranks_usable,
     i.ranks_missing as infer_ranks_missing, i.reasons as infer_reasons, i.any_truncated as infer_truncated,
-    i.profiler_levels as infer_profiler_levels
+    i.profiler_levels as infer_profiler_levels,
+    t.replicas as train_replicas, i.replicas as infer_replicas
 from {{ tilake_staged('runs', due) }} r
 join todo on todo.run_id = r.run_id
 left join (select * from {{ ref('int_sides_evidenced') }} where {{ tilake_run_filter('run_id', due) }}) t
