@@ -81,7 +81,7 @@ def test_tools_are_listed_with_descriptions(tmp_path):
 def test_run_on_the_bundled_example_answers_as_the_cli(example):
     ws, res, base = example
     assert res["run_id"] == RUN and res["status"] == "ok" and res["exit_status"] == 0
-    assert res["grade_counts"] == {"red": 1, "orange": 2, "yellow": 3, "green": 9, "evidence_missing": 0}
+    assert res["grade_counts"] == {"red": 1, "orange": 2, "yellow": 5, "green": 7, "evidence_missing": 0}
     assert all(Path(p).resolve().is_relative_to(base / "agent-out" / "example")
                for k, p in res["outputs"].items() if k != "runtime_ops")
     assert list((base / "cwd").iterdir()) == []               # nothing in the working folder

@@ -43,20 +43,25 @@ def test_markdown_opens_with_the_verdict(example_run):
     heads = re.findall(r"^## (.+)$", md, flags=re.M)
     assert heads[:2] == ["结论", "1. 元信息"]
     top = md.split("## 1. 元信息")[0]
-    assert "15 行中：1 HIGH, 2 MEDIUM, 3 LOW（训练 megatron vs 推理 vllm）" in top
+    # the example grades the log-prob forward against the prefill (its default phases), as a user's own run does
+    assert "9 行中：1 HIGH, 2 MEDIUM, 2 LOW（训练 megatron vs 推理 vllm）" in top
     lines = [ln for ln in top.splitlines() if ln.startswith("- **")]
     assert [ln.split("**")[1] for ln in lines] == ["HIGH", "MEDIUM", "MEDIUM"]     # the grade word, ASCII
     assert lines[0].startswith('- **HIGH** <span style="color:red">🔴 高差异</span> **注意力**: 训练 FlashAttentionScore，'
                                "推理 FusedInferAttentionScore（算子不同；规则 different_fused_kernel） **P0**:")
 
 
-def test_english_markdown_verdict_and_folded_lists(facts):
+def test_english_markdown_verdict_and_folded_lists(facts, monkeypatch):
     md = render_markdown(facts, "en", layer_png={0: "layer_0_side_by_side.png"})
+    # the forward-only example lists at most 20 op types a side: nothing folds
+    assert "op types, " not in md.split("## 4.")[0]
     top = md.split("## 1. Metadata")[0]
     assert top.splitlines()[2] == "## Verdict"
     assert ("- **HIGH** <span style=\"color:red\">🔴 high</span> **Attention**: training runs FlashAttentionScore, "
             "inference FusedInferAttentionScore (different fused kernels; rule different_fused_kernel) **P0**: ") in top
-    # the example's kernel lists (more than 20 op types a side) fold into <details> whose summary counts them
+    # kernel lists longer than the fold limit fold into <details> whose summary counts them
+    monkeypatch.setattr("tilake.reports.op_diff.COLLAPSE_AT", 3)
+    md = render_markdown(facts, "en", layer_png={0: "layer_0_side_by_side.png"})
     assert re.search(r"<details><summary>\d+ op types, \d+ calls — top 3: MatMulV2 \(", md)
     # the layer picture stands where the table of rows stood; the table folds under it
     assert "![Layer 0 side by side](layer_0_side_by_side.png)\n\n<details><summary>table of the 13 aligned groups" in md
@@ -134,7 +139,7 @@ def test_verdict_never_says_no_difference_without_evidence(facts):
     for r in f["comparison"]:
         r["grade"], r["severity_rank"] = "green", 4
     v = op_diff_verdict(f, "en")
-    assert v["status"] == "none_differ" and v["rows"] == [] and "None of the 15 rows is high, medium or low" in v["headline"]
+    assert v["status"] == "none_differ" and v["rows"] == [] and "None of the 9 rows is high, medium or low" in v["headline"]
     lines = verdict_lines(op_diff_verdict(facts, "en", most=1))
     assert lines[1].startswith("[HIGH] Attention: training runs FlashAttentionScore")
     assert lines[2:] == ["2 more MEDIUM row(s) in the table below"]
@@ -149,7 +154,7 @@ def test_console_summary_starts_with_the_verdict(example_run):
     buf = io.StringIO()
     print_run_summary(res, Console(file=buf, width=200, color_system=None))
     lines = buf.getvalue().splitlines()
-    assert lines[0].startswith("verdict: 1 HIGH, 2 MEDIUM, 3 LOW of 15 rows (training megatron vs inference vllm)")
+    assert lines[0].startswith("verdict: 1 HIGH, 2 MEDIUM, 2 LOW of 9 rows (training megatron vs inference vllm)")
     assert lines[1].startswith("  [HIGH] Attention: training runs FlashAttentionScore, inference FusedInferAttentionScore")
     assert lines[2].startswith("  [MEDIUM] Residual + norm:") and lines[4].startswith("run example-qwen3-0.6b-grpo:")
 
