@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import click
 
@@ -107,16 +107,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def main(argv: List[str] = None) -> int:
-    """Write :data:`CLI_MD` (``--check``: only compare; exit status 1 when it differs)."""
+def main(argv: Optional[List[str]] = None) -> int:
+    """Write :data:`CLI_MD` (``--check``: only compare; exit status 1 when it differs). ``--docs PATH``: the
+    file to write or compare instead (a checkout's ``docs/cli.md`` when tilake is installed as a copy)."""
     argv = sys.argv[1:] if argv is None else argv
+    target = Path(argv[argv.index("--docs") + 1]) if "--docs" in argv[:-1] else CLI_MD
     text = render()
     if "--check" in argv:
-        same = CLI_MD.is_file() and CLI_MD.read_text(encoding="utf-8") == text
-        print(f"{CLI_MD}: {'up to date' if same else 'out of date: run python -m tilake.cli_docs'}")
+        same = target.is_file() and target.read_text(encoding="utf-8") == text
+        print(f"{target}: {'up to date' if same else 'out of date: run python -m tilake.cli_docs'}")
         return 0 if same else 1
-    CLI_MD.write_text(text, encoding="utf-8")
-    print(f"wrote {CLI_MD}")
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}")
     return 0
 
 

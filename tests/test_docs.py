@@ -182,9 +182,13 @@ def test_readme_test_command_is_the_line_ci_runs():
     lines = [ln.strip() for ln in CI_RUN.read_text(encoding="utf-8").splitlines()]
     commands = [ln for ln in lines if ln and not ln.startswith("#")]
     assert commands[-1] == cmd, "the last command of .ci/run must be the README's test command, verbatim"
-    # CI lints beside the tests: sqlfluff and ruff, ruff installed by the test extra
-    assert "ruff check ." in commands and any(ln.startswith("(cd dbt_project && sqlfluff lint") for ln in commands)
-    assert re.search(r'^test = \[[^\]]*"ruff', (REPO / "pyproject.toml").read_text(encoding="utf-8"), flags=re.M)
+    # CI lints beside the tests through scripts/check (ruff, mypy, import contracts, sqlfluff, CLI docs), its
+    # tools installed by the test extra
+    assert "scripts/check" in commands
+    check = (REPO / "scripts" / "check").read_text(encoding="utf-8")
+    assert all(tool in check for tool in ("ruff check .", "mypy", "lint-imports", "sqlfluff lint", "cli_docs --check"))
+    test_extra = re.search(r'^test = \[[^\]]*\]', (REPO / "pyproject.toml").read_text(encoding="utf-8"), flags=re.M)
+    assert test_extra and all(f'"{t}' in test_extra.group(0) for t in ("ruff", "mypy", "sqlfluff", "import-linter"))
 
 
 def test_readme_setup_command_is_venv_install_example():
