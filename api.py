@@ -61,4 +61,5 @@ def open_lake(path: Optional[Union[str, Path]] = None) -> duckdb.DuckDBPyConnect
     if not lake.warehouse.exists():
         raise TilakeError("the lake has no warehouse yet", path=lake.root,
                           hint="run `tilake build` (or `tilake run`) first")
-    return open_read(lake)   # what Lake.reading() yields, left open for the caller
+    con: duckdb.DuckDBPyConnection = open_read(lake)   # what Lake.reading() yields, left open for the caller
+    return con

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Any, Dict, List, Optional, TypedDict, cast
 
 import yaml
 
@@ -80,7 +80,7 @@ def load_map(name_or_path: str) -> BoundaryMap:
                     raise TilakeError(f"{key}[{i}] ({b['name']}) {side} selector needs module, api, sum, "
                                       "concat_last or any", path=p)
     data["_path"] = str(p)
-    return data
+    return cast(BoundaryMap, data)
 
 
 def _subst(obj: Any, mapping: Dict[str, str]) -> Any:
@@ -112,13 +112,13 @@ class Boundary:
     op: str
     inputs: List[str]
     position: int
-    spec: Dict[str, Optional[dict]]
-    stub: Dict[str, dict] = field(default_factory=dict)
+    spec: Dict[str, Optional[Dict[str, Any]]]
+    stub: Dict[str, Any] = field(default_factory=dict)
     layer: Optional[int] = None
     reason_missing: Optional[str] = None
     stub_none: Optional[str] = None
     optional: bool = False
-    via_op: Optional[dict] = None
+    via_op: Optional[Dict[str, Any]] = None
 
 
 def expand(bmap: BoundaryMap, n_layers: int, key: str = "boundaries") -> List[Boundary]:
@@ -131,9 +131,9 @@ def expand(bmap: BoundaryMap, n_layers: int, key: str = "boundaries") -> List[Bo
     layer goes to the final norm after the last one; its ``last: {side: selector}`` replaces that side's
     selector the same way.
     """
-    li = bmap.get("layer_input") or {}
+    li: Dict[str, str] = bmap.get("layer_input") or {}
     out: List[Boundary] = []
-    items = bmap.get(key) or []
+    items: List[Dict[str, Any]] = cast(List[Dict[str, Any]], bmap.get(key) or [])
     i = 0
     while i < len(items):
         if not items[i].get("per_layer"):
@@ -155,7 +155,8 @@ def expand(bmap: BoundaryMap, n_layers: int, key: str = "boundaries") -> List[Bo
     return out
 
 
-def _mk(item: dict, mapping: Dict[str, str], layer: Optional[int], li: dict, pos: int) -> Boundary:
+def _mk(item: Dict[str, Any], mapping: Dict[str, str], layer: Optional[int], li: Dict[str, str],
+        pos: int) -> Boundary:
     item = copy.deepcopy(item)
     if layer is not None and li:
         first, nxt = li.get("first"), li.get("next")

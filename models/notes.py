@@ -6,7 +6,7 @@ uses them only when the profiler DB holds no call stack (PYTORCH_CALLCHAINS) for
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 import yaml
 
@@ -18,13 +18,13 @@ def family_key(model_family: str) -> str:
     return (model_family or "unknown").strip().lower()
 
 
-def source_notes(model_family: str) -> List[Dict[str, str]]:
+def source_notes(model_family: str) -> List[Dict[str, Optional[str]]]:
     """Rows ``{model_family, module, side, path, function, kernel}`` for one family.
 
     The ``default`` section applies to every family; the family's own section overrides entries.
     """
     data = yaml.safe_load(NOTES_FILE.read_text(encoding="utf-8")) or {}
-    merged: Dict[str, Dict[str, Dict]] = {}
+    merged: Dict[str, Dict[str, Dict[str, Any]]] = {}
     key = family_key(model_family)
     for section in ("default", key):
         for module, sides in (data.get(section) or {}).items():
