@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from tilake.errors import TilakeError
 from tilake.ingest.run_facts import read_rl_metrics, settings_from_env, settings_from_script
 from tilake.ingest.scan import seam as npu_seam
+from tilake.ingest.scan.bash_tree import mask_undecodable
 from tilake.ingest.scan.collect import STAGE3_FILE, Stage3, collect, collect_torch, write_stage3
 from tilake.ingest.scan.env import (
     NO_NPU_MESSAGE,
@@ -267,7 +268,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     res.output_dir = output_dir
     _guard_output_dir(output_dir, parsed.path)
     if dry_run:
-        res.diff = unified_diff(parsed.text, plan.new_text, parsed.path.name, parsed.path.name + " (planned)")
+        res.diff = mask_undecodable(unified_diff(parsed.text, plan.new_text, parsed.path.name,
+                                                 parsed.path.name + " (planned)"))
         console.panel(plan.reason, "stage 2 · profiler block (dry run: nothing written)")
         if res.diff:
             console.diff(res.diff)
@@ -286,12 +288,13 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     if plan.changed:
         plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name, tool=profiler)
         plan = plan_dump_injection(parsed, plan, stamp.strftime("%Y-%m-%d %H:%M"), backup.name) if dump else plan
-        res.diff = unified_diff(backup.read_text(encoding="utf-8"), plan.new_text, backup.name, parsed.path.name)
+        res.diff = mask_undecodable(unified_diff(backup.read_text(encoding="utf-8", errors="surrogateescape"),
+                                                 plan.new_text, backup.name, parsed.path.name))
         write_script(parsed.path, plan.new_text)
         check = parse_script(parsed.path, env=env, args=script_args)
         arrays = ["PROFILER["] + (["TILAKE_DUMP["] if dump else [])
         if not check.profiler["present"] or not all(any(a in w.raw for w in check.launch.words) for a in arrays):
-            write_script(parsed.path, backup.read_bytes().decode("utf-8"))     # put the original back
+            write_script(parsed.path, backup.read_bytes().decode("utf-8", "surrogateescape"))   # the original back
             raise ScanStopped(f"the {' and '.join(a[:-1] for a in arrays)} block did not reach the launch command; "
                               f"the script was restored from {backup.name}", path=parsed.path,
                               hint="add the PROFILER block by hand")

@@ -305,12 +305,25 @@ def _mask_default_brackets(data: bytes) -> bytes:
     return bytes(out)
 
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def mask_undecodable(text: str) -> str:
+    """``text`` (decoded with ``surrogateescape``) with each byte that was not UTF-8 shown as U+FFFD: the same
+    character offsets, printable and encodable."""
+    return _UNDECODABLE.sub("\ufffd", text)
+
+
 def parse_bash(text: str, path: str) -> BashScript:
     """:func:`parse_commands` plus the bare variable references (:class:`VarRef`).
+
+    ``text`` may hold bytes that were not UTF-8 (decoded with ``surrogateescape``, a GBK comment): the words
+    then carry U+FFFD in their place (same offsets).
 
     Raises:
         TilakeError: as :func:`parse_commands`.
     """
+    text = mask_undecodable(text)
     data = text.encode("utf-8")
     tree = _PARSER.parse(data)
     if tree.root_node.has_error:
