@@ -170,7 +170,9 @@ def _truncated_result(cap: Dict, exc: TruncatedTrace, scan: TraceScan) -> TraceR
     the break) and gives no rows: partial evidence would read as ops missing on one side."""
     rows = dict(sorted(scan.counts.items()))
     rows["steps"] = scan.steps
-    cap.update(truncated=True, schema_variant="chrome_trace_truncated",
+    cap.update(truncated=exc.kind == "truncated",
+               schema_variant={"nonfinite": "chrome_trace_nonfinite", "invalid": "chrome_trace_invalid"}.get(
+                   exc.kind, "chrome_trace_truncated"),
                table_rows=json.dumps(rows, separators=(",", ":")))
     return TraceResult(CaptureStatus.EVIDENCE_MISSING, exc.reason, capture=cap)
 
