@@ -70,6 +70,18 @@ def check_regular(path: PathLike, what: str = "file") -> None:
                           path=Path(path))
 
 
+def skip_special(path: PathLike, what: str = "file") -> bool:
+    """True (and one notice line on stderr) when ``path`` is a FIFO, device or socket: the caller skips it.
+    For optional files (sidecars) whose absence is not an error."""
+    kind = special_kind(path)
+    if kind is None or kind == "a folder":
+        return False
+    from tilake.progress import notice
+
+    notice(f"{path}: {what} is {kind}, not a regular file: skipped, never opened")
+    return True
+
+
 def open_regular(path: PathLike, what: str = "file"):
     """Open ``path`` for binary reading without ever blocking on a FIFO: ``O_NONBLOCK``, then ``fstat`` of the
     opened descriptor must say regular file (then the descriptor is switched back to blocking reads).

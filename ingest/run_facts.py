@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, TypedDict, Union
 
 from tilake.errors import TilakeError
-from tilake.ingest.inputs import open_decompressed
+from tilake.ingest.inputs import open_decompressed, skip_special
 from tilake.vocab import INFER_PHASES, TRAIN_PHASES, Phase
 
 # a setting's value as recorded: text, an integer, true/false or a number from the config
@@ -309,6 +309,8 @@ def versions_from_profiler_info(pt_dirs: Iterable[Optional[Path]]) -> Dict[str, 
         if d is None or not Path(d).is_dir():
             continue
         for p in sorted(Path(d).glob("profiler_info*.json")):
+            if skip_special(p, "profiler_info sidecar"):
+                continue
             try:
                 info = json.loads(p.read_text(encoding="utf-8"))
             except (OSError, ValueError):

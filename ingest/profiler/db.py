@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import check_regular, open_regular
 from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
 from tilake.ingest.profiler.names import clean_text, derived_op_type
 from tilake.ingest.profiler.rows import check_tables, dedupe_strings, explain
@@ -109,9 +110,10 @@ def check_header(path: Path) -> bool:
     Raises:
         TilakeError: not a SQLite file, or shorter than its header says (truncated copy).
     """
+    check_regular(path, "profiler database")       # a FIFO: never opened (SQLite would block on it)
     try:
         size = path.stat().st_size
-        with open(path, "rb") as f:
+        with open_regular(path, "profiler database") as f:
             head = f.read(100)
     except OSError as exc:
         raise TilakeError(f"cannot read file ({exc.strerror})", path=path) from exc

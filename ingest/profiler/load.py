@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Sequence, Set
 
 from tilake import settings
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import special_kind
 from tilake.ingest.profiler.capture import identity_notes
 from tilake.ingest.profiler.db import (
     check_header,
@@ -196,6 +197,10 @@ def _kernel_files(w, part: Dict) -> Set[Path]:
 
 
 def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResult:
+    kind = special_kind(cap.path) if cap.kind in ("db", "trace") else None
+    if kind is not None:     # a FIFO/device where the DB or trace should be: skipped, never opened (it would block)
+        return CaptureResult(cap, CaptureStatus.EVIDENCE_MISSING,
+                             f"{cap.path.name} is {kind}, not a regular file: skipped, never opened")
     if cap.kind == "db":
         return _ingest_db(cap, w, part, row, say=say)
     if cap.kind == "text":
