@@ -17,7 +17,9 @@ Format facts (``reference/ascend-profiler-format.md`` §0, §2.2–2.6, "Traps";
   real files (decided here by content); the block-size column is ``blockDim`` (CANN 8.x),
   ``blockNum`` (CANN 9.0) or ``block_dim`` (2024-03) — probed with ``PRAGMA table_info``;
 * a DB in WAL journal mode (header bytes 18–19 = 2) grows ``-wal``/``-shm`` files when opened,
-  even read-only, so it is copied to a private temp folder first; inputs stay byte-identical.
+  even read-only, so it is copied (with its ``-wal``/``-shm``/``-journal``) to a private temp folder and
+  recovered there, as SQLite would (committed ``-wal`` frames replayed, a hot journal rolled back);
+  inputs stay byte-identical.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
 from tilake.errors import TilakeError
-from tilake.ingest.inputs import check_regular, open_regular
+from tilake.ingest.inputs import check_regular, open_regular, special_kind
 from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
 from tilake.ingest.profiler.names import clean_text, derived_op_type
 from tilake.ingest.profiler.rows import check_tables, dedupe_strings, explain
@@ -111,14 +113,17 @@ def check_header(path: Path) -> bool:
         TilakeError: not a SQLite file, or shorter than its header says (truncated copy).
     """
     check_regular(path, "profiler database")       # a FIFO: never opened (SQLite would block on it)
+    recover = sidecars(path)      # a -wal or hot -journal beside it: the file alone is not the database
     try:
         size = path.stat().st_size
         with open_regular(path, "profiler database") as f:
             head = f.read(100)
     except OSError as exc:
         raise TilakeError(f"cannot read file ({exc.strerror})", path=path) from exc
-    if size == 0:
+    if size == 0 and not recover:
         raise TilakeError("empty file (0 bytes), not a profiler database", path=path)
+    if size == 0:
+        return True       # all of it in the -wal (or journal): SQLite reads it there
     if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
         raise TilakeError("not a SQLite database (wrong header); expected an "
                           "ascend_pytorch_profiler_*.db written by torch_npu", path=path)
@@ -127,6 +132,8 @@ def check_header(path: Path) -> bool:
     pages = int.from_bytes(head[28:32], "big")
     valid_for = int.from_bytes(head[92:96], "big")
     change = int.from_bytes(head[24:28], "big")
+    if recover:           # the -wal / -journal completes or rolls back what the header says
+        return head[18] == 2 or head[19] == 2
     if pages and valid_for == change and size < pages * page_size:
         raise TilakeError(f"truncated SQLite database: {size} bytes on disk, header says "
                           f"{pages * page_size}; copy the file again from the host", path=path)
@@ -136,23 +143,62 @@ def check_header(path: Path) -> bool:
     return head[18] == 2 or head[19] == 2
 
 
+#: files SQLite keeps beside a database: the write-ahead log, its index, and the rollback journal
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def sidecars(path: Path) -> List[str]:
+    """The suffixes of :data:`SIDECARS` present (as regular files) beside the DB ``path``."""
+    out = []
+    for sfx in SIDECARS:
+        side = Path(str(path) + sfx)
+        if side.is_file() and special_kind(side) is None:
+            out.append(sfx)
+    return out
+
+
 @contextmanager
 def readable_copy(path: Path, wal: bool) -> Iterator[Path]:
-    """Yield a path that may be opened without creating files beside the input.
+    """Yield a path that may be opened without creating files beside the input, holding what SQLite itself
+    would read there.
 
-    Non-WAL DBs are opened in place (read-only opens create nothing); WAL DBs are copied with any
-    ``-wal`` sidecar into a private temp folder, removed afterwards.
+    A DB with no ``-wal``/``-journal`` beside it and not in WAL mode is opened in place (read-only immutable
+    opens create nothing). Otherwise the DB and its ``-wal``/``-shm``/``-journal`` are copied into a private
+    temp folder (removed afterwards) and the copy is opened once read-write: SQLite replays committed ``-wal``
+    frames (a DB whose data lives only in the ``-wal`` of a process that never checkpointed), ignores
+    uncommitted ones (a capture copied mid-transaction), and rolls back a hot ``-journal`` (a writer killed
+    mid-transaction); the copy is then checkpointed into a plain file that every reader sees whole. The input
+    and its sidecars are never written.
+
+    Raises:
+        TilakeError: the copy cannot be made or SQLite refuses the recovery (names the sidecars).
     """
-    if not wal:
+    sides = sidecars(path)
+    if not wal and not sides:
         yield path
         return
     tmp = Path(tempfile.mkdtemp(prefix="tilake-db-"))
     try:
         dst = tmp / path.name
-        shutil.copyfile(path, dst)
-        side = Path(str(path) + "-wal")
-        if side.exists():
-            shutil.copyfile(side, Path(str(dst) + "-wal"))
+        try:
+            shutil.copyfile(path, dst)
+            for sfx in sides:
+                shutil.copyfile(Path(str(path) + sfx), Path(str(dst) + sfx))
+        except OSError as exc:
+            raise TilakeError(f"cannot copy the database and its {', '.join(sides) or 'WAL'} files to a temp folder "
+                              f"({exc.strerror})", path=path) from exc
+        try:
+            con = sqlite3.connect(str(dst), isolation_level=None)
+            try:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()   # recovery happens on first read
+                if wal or "-wal" in sides:
+                    con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    con.execute("PRAGMA journal_mode=DELETE").fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            raise TilakeError(f"SQLite cannot recover the database with its {', '.join(sides) or 'WAL'} file(s) "
+                              f"({exc}); copy the files again from the host, all together", path=path) from exc
         yield dst
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -44,6 +44,7 @@ from tilake.ingest.profiler.db import (
     readable_copy,
     session_fields,
     sha256_file,
+    sidecars,
     table_rows_json,
 )
 from tilake.ingest.profiler.discover import Capture
@@ -140,9 +141,16 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None
     with readable_copy(cap.path, wal) as db:
         pr = probe(db)
         if not pr.has("STRING_IDS") and not pr.has("TASK") and not pr.has("PYTORCH_API"):
-            raise TilakeError("SQLite file holds no torch_npu profiler tables (no STRING_IDS/TASK/PYTORCH_API)",
+            if wal and "-wal" not in sidecars(cap.path):
+                raise TilakeError("a WAL-mode database without its -wal file: the writer never checkpointed, so its "
+                                  "tables live in the -wal that was not copied with it (no STRING_IDS/TASK/"
+                                  f"PYTORCH_API in the .db alone); copy {cap.path.name}-wal from the host too",
+                                  path=cap.path)
+            raise TilakeError("SQLite file holds no torch_npu profiler tables (no STRING_IDS/TASK/PYTORCH_API)"
+                              + (" after replaying its " + "/".join(sidecars(cap.path)) if sidecars(cap.path) else ""),
                               path=cap.path)
-        row.update(schema_variant=pr.schema_variant + ("+wal" if wal else ""), schema_version=pr.schema_version,
+        rec = sidecars(cap.path)
+        row.update(schema_variant=pr.schema_variant + ("+wal" if wal else "") + ("+journal" if "-journal" in rec else ""), schema_version=pr.schema_version,
                    table_rows=table_rows_json(pr), **session_fields(pr, db))
         if not row.get("profiler_level") and pr.rows.get("COMPUTE_TASK_INFO"):
             row["profiler_level"] = profiler_level_from_db(db)
