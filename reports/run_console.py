@@ -271,7 +271,7 @@ def print_ingest(res) -> None:
     """``tilake ingest``'s lines: one per capture (side, rank, status, kernel and host-op counts, path,
     reason), the run's kernel total and evidence per side, then the ingest notes (steps, workers)."""
     for c in res.captures:
-        print(f"{c.capture.side} rank {c.capture.rank}: {c.status} kernels={c.kernels} "
+        print(f"{c.capture.side} rank {c.capture.rank}: {getattr(c, 'status_shown', c.status)} kernels={c.kernels} "
                    f"host_ops={c.host_ops} {c.capture.path}" + (f" — {c.reason}" if c.reason else ""))
     print(f"run {res.run_id}: {res.kernels} kernels; evidence train={res.side_evidence.get('train')} "
                f"infer={res.side_evidence.get('infer')}")

@@ -253,11 +253,18 @@ class DbResult:
         if not self.invalid:
             return "; ".join(self.notes)
         parts = ", ".join(f"{k}: {v}" for k, v in sorted(self.invalid.items()))
-        timed = sum(v for k, v in self.invalid.items() if "repeated" not in k and "STRING_IDS" not in k)
+        timed = sum(v for k, v in self.invalid.items() if k.split(" ", 1)[0].split(".")[0] in KERNEL_TABLES
+                    and ("Ns" in k or "duration" in k))
         dangling = max((v for k, v in self.invalid.items() if k.endswith("not in STRING_IDS")), default=0)
+        nameless = sum(v for k, v in self.invalid.items() if "kernel name unknown" in k)
+        host = sum(v for k, v in self.invalid.items() if k.startswith("PYTORCH_API"))
+        steps = sum(v for k, v in self.invalid.items() if k.startswith("STEP_TIME"))
         heads = ([f"{timed} kernels with invalid times kept for the kernel set, excluded from timings"] if timed else [])
         heads += ([f"{dangling} kernels name a STRING_IDS id that does not exist (name or op type unknown)"]
                   if dangling else [])
+        heads += [f"{nameless} kernels with no name"] if nameless else []
+        heads += [f"{host} host ops whose time is not a number (excluded from host timings)"] if host else []
+        heads += [f"{steps} STEP_TIME rows that are not a step range (not used for steps)"] if steps else []
         head = "; ".join(heads) or "repeated rows dropped"
         return "; ".join([*self.notes, f"{head} ({parts})"])
 
@@ -298,6 +305,13 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
             res.invalid["STRING_IDS repeated ids (same value, kept once)"] = dup
         say(f"reading PYTORCH_API ({pr.rows.get('PYTORCH_API', 0):,} rows)")
         _host_ops_table(con, pr)
+        bad_host = con.execute("SELECT count(*) FROM hops WHERE start_ns IS NULL OR end_ns IS NULL "
+                               "OR end_ns < start_ns").fetchone()[0]
+        if bad_host:   # NaN / text / NULL where PYTORCH_API keeps its TEXT times: counted, never silently "ok"
+            res.invalid["PYTORCH_API.startNs/endNs not an integer, NULL or end < start"] = int(bad_host)
+        bad_steps = _bad_step_rows(db, pr)
+        if bad_steps:
+            res.invalid["STEP_TIME rows not a step range (id, startNs, endNs)"] = bad_steps
         res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id,
                                                           res.invalid, shown, res.notes, say)
         say(f"{res.kernels:,} kernels written; host ops, call stacks, MSTX")
@@ -334,6 +348,44 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
         except Exception:  # connection invalidated by a fatal DuckDB error: the writer reopens one
             writer._con = None
     return res
+
+
+#: tables whose rows are kernels (their time problems read "kernels with invalid times")
+KERNEL_TABLES = ("TASK", "COMPUTE_TASK_INFO", "COMMUNICATION_OP")
+
+
+def _bad_step_rows(db: Path, pr: DbProbe) -> int:
+    """``STEP_TIME`` rows that are not a step range: ``id`` not a non-negative integer, ``startNs``/``endNs`` not
+    integers, or ``endNs < startNs`` (0 when the table is absent or unreadable)."""
+    if not pr.has("STEP_TIME"):
+        return 0
+    try:
+        con = sqlite_ro(db)
+    except sqlite3.Error:
+        return 0
+    try:
+        rows = con.execute("SELECT id, startNs, endNs FROM STEP_TIME").fetchall()
+    except sqlite3.Error:
+        return 0
+    finally:
+        con.close()
+
+    def as_int(v) -> Optional[int]:
+        if isinstance(v, bool) or v is None:
+            return None
+        if isinstance(v, int):
+            return v
+        try:
+            return int(str(v).strip()) if str(v).strip().lstrip("-").isdigit() else None
+        except ValueError:
+            return None
+
+    bad = 0
+    for i, a, b in rows:
+        i, a, b = as_int(i), as_int(a), as_int(b)
+        if i is None or i < 0 or a is None or b is None or b < a:
+            bad += 1
+    return bad
 
 
 def _host_ops_table(con, pr: DbProbe) -> None:

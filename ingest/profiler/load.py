@@ -88,6 +88,12 @@ class CaptureResult:
     notes: List[str] = field(default_factory=list)   # duplicates, workers, steps: said in the reason
     steps_kept: Optional[List[int]] = None           # steps counted after the common-step restriction
     info: List[str] = field(default_factory=list)    # said in the reason only (not a console warning)
+    invalid: int = 0                                 # rows kept but counted invalid (captures.invalid_rows)
+
+    @property
+    def status_shown(self) -> str:
+        """The status as the console says it: ``ok`` only when no row was counted invalid."""
+        return f"{self.status} with {self.invalid} invalid row(s)" if self.invalid else str(self.status)
 
 
 @dataclass
@@ -162,7 +168,8 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None
         if marks.ranges:  # launch times for the step assignment, while the (copied) DB is still here
             stage_launch_times(with_sqlite(w.con), db, sorted(_kernel_files(w, part) - before))
         if res.compute_kernels:
-            return CaptureResult(cap, "ok", res.invalid_note(), res.kernels, res.host_ops, "db", marks=marks)
+            return CaptureResult(cap, "ok", res.invalid_note(), res.kernels, res.host_ops, "db", marks=marks,
+                                 invalid=sum(res.invalid.values()))
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
                    else "COMPUTE_TASK_INFO ⋈ TASK has 0 rows")
         reason = (f"{missing} while host tables have {_host_rows(pr)} rows "
