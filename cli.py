@@ -49,7 +49,9 @@ class _Group(click.Group):
             line = __import__("tilake.pipeline.failures", fromlist=["_"]).error_line(exc, ctx.invoked_subcommand)
             if line is None:
                 raise
-            click.echo(f"error: {line}", err=True)
+            from tilake.files import escape_controls
+
+            click.echo(f"error: {escape_controls(line)}", err=True)   # a file name's ESC is shown, not run
             sys.exit(2)
 
 
