@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -247,7 +248,7 @@ def write_xlsx(path: Path, sheets: Sequence[Dict[str, Any]]) -> Path:
     wb = Workbook()
     wb.remove(wb.active)
     for sh in sheets:
-        ws = wb.create_sheet(sh["title"][:31])
+        ws = wb.create_sheet(re.sub(r"[\x00-\x1f\x7f-\x9f\\/?*\[\]:]", "_", str(sh["title"]))[:31])   # Excel's rules
         ws.append([_xl(h) for h in sh["header"]])
         _as_text(ws[1])
         for c in ws[1]:
