@@ -6,6 +6,7 @@ single place that turns an exception into that line, so ``cli.py`` stays a thin 
 from __future__ import annotations
 
 import errno
+import re
 import signal
 from typing import Optional
 
@@ -50,6 +51,12 @@ def error_line(exc: BaseException, command: Optional[str] = None) -> Optional[st
         shown = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") if name else "a name"
         return (f"{shown}: a file or folder name that is not UTF-8 (tilake stores paths as UTF-8 text); "
                 f"rename it; {after}")
+    if type(exc).__name__ == "IOException" and "File name too long" in str(exc):
+        # DuckDB writing a staged file: the lake's own path is what is long, not the input
+        m = re.search(r'"([^"]+)"', str(exc))
+        where = m.group(1) if m else "a file inside the lake"
+        return (f"{where}: the path is too long for the file system (ENAMETOOLONG) — a file tilake writes inside "
+                f"the lake, not an input; choose a lake folder with a shorter path; {after}")
     if isinstance(exc, OSError) and exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):
         where = exc.filename if exc.filename is not None else "a path"
         why = ("a symlink loop (too many levels of symbolic links)" if exc.errno == errno.ELOOP

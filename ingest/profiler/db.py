@@ -338,6 +338,8 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
         if type(exc).__name__ == "OutOfMemoryException":
             raise   # the CLI's one line names the memory limit and how to raise it (pipeline/failures.py)
+        if "File name too long" in str(exc) or isinstance(exc, MemoryError):
+            raise   # the lake's path / this machine's memory, not the DB: the CLI's one line says which
         better = explain(exc, db, shown)
         if better is not None:
             raise better from exc

@@ -154,6 +154,8 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str, keep_rank
     except duckdb.Error as exc:
         if type(exc).__name__ == "InterruptException":
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
+        if "File name too long" in str(exc):   # the lake's staging path is too long: not the trace's fault
+            raise
         raise TilakeError(f"cannot build lake tables from the trace ({str(exc).splitlines()[0]})", path=path) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -393,3 +393,14 @@ def test_address_space_limit_gives_one_line(tmp_path):
                         capture_output=True, text=True, timeout=300)
     assert "Traceback" not in cp.stderr, cp.stderr[-2000:]
     assert cp.returncode in (0, 2)
+
+
+def test_too_long_lake_path_is_not_blamed_on_the_input():
+    import duckdb
+
+    from tilake.pipeline.failures import error_line
+
+    exc = duckdb.IOException('IO Error: Cannot open file "/l/.staging/ab/kernels/part-0.parquet": File name too long')
+    line = error_line(exc, "ingest")
+    assert line.startswith("/l/.staging/ab/kernels/part-0.parquet: the path is too long")
+    assert "not an input" in line and "shorter path" in line
