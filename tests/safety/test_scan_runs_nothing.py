@@ -66,3 +66,20 @@ def test_from_output_refuses_allow_preamble(tmp_path):
     r = CliRunner().invoke(main, ["scan", "--from-output", str(tmp_path / "po"), "--allow-preamble",
                                   "--lake", str(tmp_path / "lake")])
     assert r.exit_code == 2 and "--allow-preamble" in r.output and "Traceback" not in r.output
+
+
+def test_fixed_probe_does_not_import_modules_beside_the_script(tmp_path):
+    """Run from the script's folder: a ``torch.py`` / ``verl.py`` there must not be what the probe imports."""
+    import subprocess
+    import sys
+
+    script = _hostile(tmp_path)
+    for mod in ("torch", "verl", "vllm"):
+        (script.parent / f"{mod}.py").write_text(f"open({str(tmp_path / 'marks' / ('imported_' + mod))!r}, 'w')\n")
+    code = "import sys; from tilake.cli import main; sys.argv = ['tilake'] + sys.argv[1:]; main()"
+    for profiler in ("torch", "npu"):
+        cp = subprocess.run([sys.executable, "-c", code, "scan", "--dry-run", "--profiler", profiler, script.name,
+                             "--lake", str(tmp_path / "lake")], cwd=script.parent, capture_output=True, text=True,
+                            timeout=300)
+        assert cp.returncode == 0, cp.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "marks").iterdir()) == []
