@@ -72,7 +72,7 @@ def compute_task_rows(db: Path) -> Tuple[Optional[int], str]:
     try:
         wal = check_header(db)        # a FIFO, a non-SQLite or truncated file: its own line
     except TilakeError as exc:
-        return None, str(exc).replace(f"{db}: ", "")
+        return None, "not readable as SQLite: " + str(exc).replace(f"{db}: ", "")
     try:
         # a WAL-mode DB whose rows sit in its -wal, or one with a hot -journal: read as SQLite would, in a copy
         with readable_copy(db, wal) as readable:
