@@ -49,7 +49,9 @@ class _Group(click.Group):
             line = __import__("tilake.pipeline.failures", fromlist=["_"]).error_line(exc, ctx.invoked_subcommand)
             if line is None:
                 raise
-            click.echo(f"error: {line}", err=True)
+            from tilake.files import escape_controls
+
+            click.echo(f"error: {escape_controls(line)}", err=True)   # a file name's ESC is shown, not run
             sys.exit(2)
 
 
@@ -233,8 +235,9 @@ def example(out_dir, lang, lake_path, with_dump, backend, as_json):
 @RL_STEP_OPTION
 @click.option("--dump", is_flag=True, help="Also msprobe dumps of one request's prefill on both sides (verl precision_debugger + tilake's rollout hook), analysed into the same run, with stub rounds that run themselves (docs/scan.md).")
 @click.option("--max-rounds", type=click.IntRange(min=0), default=3, show_default=True, help="With --dump: stub rounds at most (each one more run of the script).")
+@click.option("--allow-preamble", is_flag=True, help="--profiler torch: check the environment after replaying the script's preamble (its unconditional source / conda activate / assignment lines, $(...) included); default: a fixed probe from your PATH, nothing of the script runs.")
 def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang, dry_run, timeout_s, fmt, profiler, rl_step,
-             dump, max_rounds):
+             dump, max_rounds, allow_preamble):
     """Run an RL launch script with the profiler on and report train-vs-infer operator differences.
 
     Stages: parse + environment check + backup, add the profiler block, run the whole script, find (NPU: analyse() with
@@ -243,7 +246,8 @@ def scan_cmd(script, script_args, from_output, lake_path, run_id, out_dir, lang,
 
     sys.exit(cli_scan(script, from_output=from_output, lake=_lake(lake_path), run_id=run_id, out_dir=out_dir, lang=lang,
                       dry_run=dry_run, timeout_s=timeout_s, script_args=script_args, fmt=fmt, profiler=profiler,
-                      rl_step=rl_step, ray=cli_context().ray, dump=dump, max_rounds=max_rounds))
+                      rl_step=rl_step, ray=cli_context().ray, dump=dump, max_rounds=max_rounds,
+                      allow_preamble=allow_preamble))
 
 
 # --- runs / sql / trend (across runs) --------------------------------------------------------

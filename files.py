@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import uuid
 from pathlib import Path
@@ -143,3 +144,75 @@ def discard_stdout() -> None:
     fd = os.open(os.devnull, os.O_WRONLY)
     os.dup2(fd, 1)
     os.close(fd)
+
+
+# ------------------------------------------------------------------ text cells of outputs others open
+#: a text cell starting with one of these is run as a formula by spreadsheets (OWASP "CSV Injection"), full-width
+#: forms included
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+#: control characters a terminal, viewer or spreadsheet would act on (ESC starts terminal sequences; xlsx cannot
+#: store C0 controls at all): C0 but tab/newline/CR, DEL, C1
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character of :data:`_CONTROL` written as ``\\xNN`` (ESC → ``\\x1b``), so it
+    is shown, never acted on."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def csv_text(value: Any, numbers_as_text: bool = False) -> Any:
+    """A CSV cell no spreadsheet evaluates and no terminal acts on: control characters escaped
+    (:func:`escape_controls`), and text starting with :data:`FORMULA_START` prefixed with ``'``. Non-text
+    values are returned unchanged; with ``numbers_as_text`` (every cell of a CSV read back is text) a plain
+    number such as ``-1.5`` keeps its sign unprefixed."""
+    if not isinstance(value, str):
+        return value
+    value = escape_controls(value)
+    if value.startswith(FORMULA_START) and not (numbers_as_text and _NUMBER.fullmatch(value)):
+        return "'" + value
+    return value
+
+
+_CSV_FIELD = re.compile(r'"((?:[^"]|"")*)"|([^,"\n]*)')
+
+
+def _csv_record(record: str) -> str:
+    out, i, n = [], 0, len(record)
+    while True:
+        m = _CSV_FIELD.match(record, i)
+        quoted = m.group(1) is not None
+        text = m.group(1).replace('""', '"') if quoted else m.group(2)
+        i = m.end()
+        new = csv_text(text, numbers_as_text=True)
+        if quoted or new != text and re.search(r'[,"\n\r]', new):
+            out.append('"' + new.replace('"', '""') + '"')
+        else:
+            out.append(new)
+        if i >= n or record[i] != ",":
+            return ",".join(out)
+        i += 1
+
+
+def neutralise_csv(src: PathLike, dst: PathLike, chunk: int = 4 << 20) -> None:
+    """Copy an RFC 4180 CSV (DuckDB's ``COPY … (FORMAT csv)``: ``,`` separated, ``"`` quoted, ``""`` inside) from
+    ``src`` to ``dst`` with every cell through :func:`csv_text` (header included); a quoted cell stays quoted, so
+    an empty string (``""``) and NULL (nothing) stay apart. Streams records (linear, one chunk held)."""
+    with open(src, encoding="utf-8", newline="") as f, open(dst, "w", encoding="utf-8", newline="") as g:
+        pending: list = []            # lines of the record being read (a quoted cell may hold newlines)
+        carry, parity = "", 0
+        while True:
+            block = f.read(chunk)
+            if not block:
+                break
+            lines = (carry + block).split("\n")
+            carry = lines.pop()       # the block's last line goes on in the next block
+            for line in lines:
+                pending.append(line)
+                parity ^= line.count('"') & 1
+                if not parity:
+                    g.write(_csv_record("\n".join(pending)) + "\n")
+                    pending = []
+        if carry or pending:
+            g.write(_csv_record("\n".join(pending + [carry])))

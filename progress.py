@@ -69,8 +69,11 @@ Notice = Callable[[str, str], None]
 
 
 def _plain_notice(text: str, style: str = "") -> None:
+    import re
     import sys
 
+    # a notice may quote a file name or a value from a capture: its control characters (ESC) are shown, not run
+    text = re.sub("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text)
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
 

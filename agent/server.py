@@ -60,7 +60,7 @@ def build_server(ws: T.Workspace):
                      allow_preamble: bool = False) -> Dict[str, Any]:
         """Stages 1-2 of `tilake scan --dry-run` on a verl launch script: the parsed config (each value with its
         source), environment checks and the planned profiler block as a diff. Writes nothing and never runs the
-        script; profiler='torch' replays the script's preamble only with allow_preamble=true."""
+        script; profiler='torch' checks with a fixed probe, and replays the script's preamble only with allow_preamble=true."""
         return T.scan_dry_run(script, script_args, profiler, allow_preamble)
 
     @tool

@@ -6,9 +6,9 @@ tool writes: the server's lake (``--lake``) and its output root (``--out``; a to
 below it). Inputs (profiler folders, dumps, launch scripts, budget files) are read where they are and
 never written. SQL goes through the CLI's read-only guard (:func:`tilake.lake.sql.query`: SELECT-type
 statements only, the warehouse opened read-only, no file access outside the lake, locked configuration),
-and no tool runs or edits the user's launch script: the scan tool is the dry run, and with
-``--profiler torch`` its preamble replay (which runs the script's ``source``/``conda activate`` lines) needs
-``allow_preamble=True``.
+and no tool runs or edits the user's launch script: the scan tool is the dry run (with ``--profiler torch``
+a fixed probe checks the environment; replaying the script's ``source``/``conda activate`` lines needs
+``allow_preamble=True``).
 
 Errors are :class:`~tilake.errors.TilakeError` with the CLI's one line; the server turns them into a tool
 error (``isError``) whose text is ``error: <line>``.
@@ -84,20 +84,19 @@ def scan_dry_run(script: str, script_args: Optional[List[str]] = None, profiler:
     """Stages 1–2 of ``tilake scan --dry-run --format json``: the parsed config with each value's source,
     the environment checks and the planned profiler block (a diff). Nothing is written, the script is not run.
 
+    ``profiler="torch"`` checks the environment with a fixed probe (nothing of the script runs); with
+    ``allow_preamble`` it replays the script's unconditional preamble lines first.
+
     Raises:
-        TilakeError: bad script; ``profiler="torch"`` without ``allow_preamble`` (its check replays the
-            script's preamble).
+        TilakeError: bad script.
     """
     from tilake.pipeline.scan import scan
     from tilake.reports.scan_console import ScanConsole
 
-    if profiler == "torch" and not allow_preamble:
-        raise TilakeError("profiler torch checks the environment by replaying the script's preamble (its "
-                          "source / conda activate lines): pass allow_preamble=true to allow that")
     lake = Lake(None)   # a dry run writes nothing; the lake only names the default run id's home
     with quiet():
         res = scan(Path(script), lake, script_args=list(script_args or ()), dry_run=True, progress=False,
-                   profiler=profiler, console=ScanConsole(stderr=True))
+                   profiler=profiler, console=ScanConsole(stderr=True), allow_preamble=allow_preamble)
     return plain(res.to_json())
 
 

@@ -56,7 +56,7 @@ e2e_scan() {
     local t1 rc
     t1=$(date +%s)
     set +e
-    "$TILAKE" scan --profiler torch "$@" --lake "$WORK/lake" --out "$WORK/report" --lang en --format json \
+    "$TILAKE" scan --profiler torch --allow-preamble "$@" --lake "$WORK/lake" --out "$WORK/report" --lang en --format json \
         "$WORK/user/run_grpo.sh" > "$WORK/scan.json" 2> "$WORK/scan.console"
     rc=$?
     set -e
@@ -67,6 +67,6 @@ e2e_scan() {
         tail -40 "$WORK/scan.console" >&2
         exit 1
     fi
-    "$TILAKE" scan --profiler torch "$@" --dry-run --lake "$WORK/lake" --format json "$WORK/user/run_grpo.sh" \
+    "$TILAKE" scan --profiler torch --allow-preamble "$@" --dry-run --lake "$WORK/lake" --format json "$WORK/user/run_grpo.sh" \
         > "$WORK/rescan.json" 2> "$WORK/rescan.console"
 }

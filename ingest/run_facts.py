@@ -21,10 +21,12 @@ import gzip
 import json
 import math
 import re
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, TypedDict, Union
 
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import open_decompressed, skip_special
 from tilake.vocab import INFER_PHASES, TRAIN_PHASES, Phase
 
 # a setting's value as recorded: text, an integer, true/false or a number from the config
@@ -134,11 +136,32 @@ def parse_phases(spec: Optional[str]) -> Optional[str]:
 
 
 def _open_bytes(path: Path):
-    """Binary stream (gunzipped when gzip): lines split on ``\\n`` only, so line numbers are grep's
+    """Binary stream (gunzipped when gzip, at most :data:`tilake.ingest.inputs.GZIP_MAX_RATIO` × the file's size;
+    a FIFO or device is refused, never waited on): lines split on ``\\n`` only, so line numbers are grep's
     (progress bars in RL logs redraw with bare ``\\r``)."""
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else open(path, "rb")
+    return open_decompressed(path, "RL log")
+
+
+#: longest log line read (bytes); the rest of a longer line is skipped (no metrics line is that long)
+MAX_LOG_LINE = 1 << 20
+
+
+def _lines(f):
+    """``(line_no, bytes)`` of each line, at most :data:`MAX_LOG_LINE` bytes held (a 10 GB line is skipped
+    in pieces, never read whole)."""
+    no = 0
+    while True:
+        raw = f.readline(MAX_LOG_LINE)
+        if not raw:
+            return
+        no += 1
+        if len(raw) >= MAX_LOG_LINE and not raw.endswith(b"\n"):
+            while True:
+                more = f.readline(MAX_LOG_LINE)
+                if not more or more.endswith(b"\n"):
+                    break
+            continue
+        yield no, raw
 
 
 def _number(v: Any) -> Optional[float]:
@@ -171,7 +194,7 @@ def read_rl_metrics(path: Path) -> List[MetricRow]:
     rows: List[MetricRow] = []
     try:
         with _open_bytes(path) as f:
-            for no, raw in enumerate(f, 1):
+            for no, raw in _lines(f):
                 line = _ANSI.sub("", raw.decode("utf-8", errors="replace")).strip()
                 if not line:
                     continue
@@ -190,7 +213,7 @@ def read_rl_metrics(path: Path) -> List[MetricRow]:
                     if v is not None:
                         rows.append({"step": step, "metric": pm.group(1), "value": v, "source_path": str(path),
                                      "line_no": no, "format": "console"})
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TilakeError(f"cannot read the RL log ({exc})", path=path) from exc
     return rows
 
@@ -286,6 +309,8 @@ def versions_from_profiler_info(pt_dirs: Iterable[Optional[Path]]) -> Dict[str, 
         if d is None or not Path(d).is_dir():
             continue
         for p in sorted(Path(d).glob("profiler_info*.json")):
+            if skip_special(p, "profiler_info sidecar"):
+                continue
             try:
                 info = json.loads(p.read_text(encoding="utf-8"))
             except (OSError, ValueError):

@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import duckdb
 
 from tilake.errors import TilakeError
-from tilake.files import check_regular_target
+from tilake.files import check_regular_target, neutralise_csv
 from tilake.lake import schema
 from tilake.lake.duck import sql_str
 from tilake.lake.read import error_line, open_read, raw_tables_named, raw_view_sql
@@ -278,6 +278,16 @@ def export(lake: Lake, sql: str, fmt: str, output: Path, allow_external_access: 
             with contextlib.suppress(OSError):   # a read-only folder: nothing was written to remove
                 tmp.unlink(missing_ok=True)
             raise TilakeError(duckdb_error_line(exc)) from exc
+        if fmt == "csv":   # no cell a spreadsheet runs as a formula, no control character (ESC) left raw
+            safe = tmp.with_name(tmp.name + ".safe")
+            try:
+                neutralise_csv(tmp, safe)
+                safe.replace(tmp)
+            except (OSError, UnicodeDecodeError) as exc:
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
+                    safe.unlink(missing_ok=True)
+                raise TilakeError(f"cannot write the CSV ({exc})", path=output) from exc
         tmp.replace(output)
         return n
     finally:

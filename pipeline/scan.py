@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from tilake.errors import TilakeError
 from tilake.ingest.run_facts import read_rl_metrics, settings_from_env, settings_from_script
 from tilake.ingest.scan import seam as npu_seam
+from tilake.ingest.scan.bash_tree import mask_undecodable
 from tilake.ingest.scan.collect import STAGE3_FILE, Stage3, collect, collect_torch, write_stage3
 from tilake.ingest.scan.env import (
     NO_NPU_MESSAGE,
@@ -49,7 +50,13 @@ from tilake.ingest.scan.inject import (
     unified_diff,
     write_script,
 )
-from tilake.ingest.scan.preamble import default_modules, interpreter_words, probe_script_env
+from tilake.ingest.scan.preamble import (
+    default_modules,
+    interpreter_words,
+    preamble_text,
+    probe_fixed_env,
+    probe_script_env,
+)
 from tilake.ingest.scan.run import RunResult, expected_wait, run_script
 from tilake.ingest.scan.script import UNKNOWN, ParsedScript, parse_script
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
@@ -180,12 +187,13 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
          seam: Optional[NpuSeam] = None, console: Any = None, timeout_s: Optional[float] = None,
          dry_run: bool = False, progress: bool = True, profiler: str = "npu",
          rl_step: Optional[int] = None, ray: Optional[str] = None, dump: bool = False,
-         max_rounds: int = 3) -> ScanResult:
+         max_rounds: int = 3, allow_preamble: bool = False) -> ScanResult:
     """Run all five stages on ``script``.
 
-    ``profiler="torch"`` (verl ``global_profiler.tool=torch``, a GPU or CPU host): the environment is checked with
-    the script's own interpreter after its preamble (:mod:`tilake.ingest.scan.preamble`: torch, verl and the
-    rollout engine import, the model's ``config.json``), the torch profiler block is injected
+    ``profiler="torch"`` (verl ``global_profiler.tool=torch``, a GPU or CPU host): the environment is checked by a
+    fixed probe (``python3 -c 'import torch, verl, …'`` from the user's PATH; nothing of the script runs) or, with
+    ``allow_preamble``, by the script's own interpreter after its preamble (:mod:`tilake.ingest.scan.preamble`:
+    torch, verl and the rollout engine import, the model's ``config.json``), the torch profiler block is injected
     (:func:`tilake.ingest.scan.inject.torch_profiler_args`), and stage 3 finds both sides' Chrome traces in
     verl's layouts (:func:`tilake.ingest.scan.collect.collect_torch`); no torch_npu, msprof or ``analyse()``.
     The run log is kept at ``<profiler output>/run.log``.
@@ -199,6 +207,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
             to ingest. ray: ingest on Ray (:func:`tilake.pipeline.profile.captures_for`).
         dump / max_rounds: also the dump block and, after the profiled run, the collection rounds of
             :func:`tilake.pipeline.scan_dump.scan_dump_phase` (at most ``max_rounds`` stub rounds).
+        allow_preamble: ``--profiler torch``: replay the script's preamble (its unconditional ``source``/``conda
+            activate``/assignment lines, ``$(...)`` included) before the probe; default: the fixed probe only.
         console: a :class:`~tilake.reports.scan_console.ScanConsole` or a rich ``Console`` (default: stdout).
     Returns:
         :class:`ScanResult`.
@@ -222,7 +232,7 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     if profiler not in ("npu", "torch"):
         raise TilakeError(f"--profiler must be npu or torch, not {profiler!r}")
     if profiler == "torch":
-        probe = _torch_probe(parsed, env, script_args, res, console, dump)
+        probe = _torch_probe(parsed, env, script_args, res, console, dump, allow_preamble)
     else:
         program = parsed.launch.program
         python = npu_seam.resolve_python(program, env) if program.startswith("python") else None
@@ -258,7 +268,8 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     res.output_dir = output_dir
     _guard_output_dir(output_dir, parsed.path)
     if dry_run:
-        res.diff = unified_diff(parsed.text, plan.new_text, parsed.path.name, parsed.path.name + " (planned)")
+        res.diff = mask_undecodable(unified_diff(parsed.text, plan.new_text, parsed.path.name,
+                                                 parsed.path.name + " (planned)"))
         console.panel(plan.reason, "stage 2 · profiler block (dry run: nothing written)")
         if res.diff:
             console.diff(res.diff)
@@ -277,12 +288,13 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
     if plan.changed:
         plan = plan_injection(parsed, stamp=stamp.strftime("%Y-%m-%d %H:%M"), backup_name=backup.name, tool=profiler)
         plan = plan_dump_injection(parsed, plan, stamp.strftime("%Y-%m-%d %H:%M"), backup.name) if dump else plan
-        res.diff = unified_diff(backup.read_text(encoding="utf-8"), plan.new_text, backup.name, parsed.path.name)
+        res.diff = mask_undecodable(unified_diff(backup.read_text(encoding="utf-8", errors="surrogateescape"),
+                                                 plan.new_text, backup.name, parsed.path.name))
         write_script(parsed.path, plan.new_text)
         check = parse_script(parsed.path, env=env, args=script_args)
         arrays = ["PROFILER["] + (["TILAKE_DUMP["] if dump else [])
         if not check.profiler["present"] or not all(any(a in w.raw for w in check.launch.words) for a in arrays):
-            write_script(parsed.path, backup.read_bytes().decode("utf-8"))     # put the original back
+            write_script(parsed.path, backup.read_bytes().decode("utf-8", "surrogateescape"))   # the original back
             raise ScanStopped(f"the {' and '.join(a[:-1] for a in arrays)} block did not reach the launch command; "
                               f"the script was restored from {backup.name}", path=parsed.path,
                               hint="add the PROFILER block by hand")
@@ -341,16 +353,30 @@ def scan(script: Path, lake: Lake, *, run_id: Optional[str] = None, out_dir: Opt
 
 
 def _torch_probe(parsed: ParsedScript, env: Mapping[str, str], script_args: Sequence[str], res: ScanResult,
-                 console: ScanConsole, dump: bool = False) -> NpuProbe:
-    """Stage 1b for ``--profiler torch``: the script's own interpreter after its preamble; fills ``res.checks``."""
+                 console: ScanConsole, dump: bool = False, allow_preamble: bool = False) -> NpuProbe:
+    """Stage 1b for ``--profiler torch``: the fixed probe, or (``allow_preamble``) the script's own interpreter after
+    its preamble; fills ``res.checks`` and says which one ran."""
     words = [w.raw for w in parsed.launch.words]
     idx = next((k for k, w in enumerate(words) if w == "-m"), 0) + 1
     interp = interpreter_words(words, idx)
     modules = default_modules(str(parsed.config.get("infer_backend", UNKNOWN))) + (["msprobe"] if dump else [])
-    with console.status(f"stage 1 · replaying the script's preamble, then `{interp} -c 'import "
-                        f"{', '.join(modules)}'` …"):
-        se = probe_script_env(parsed.path, parsed.text, parsed.launch.words[0].start, interp, modules, env,
-                              script_args)
+    launch_start = parsed.launch.words[0].start
+    if allow_preamble:
+        console.say("stage 1 · --allow-preamble: the script's preamble (its unconditional environment lines) runs "
+                    "before the probe")
+        with console.status(f"stage 1 · replaying the script's preamble, then `{interp} -c 'import "
+                            f"{', '.join(modules)}'` …"):
+            se = probe_script_env(parsed.path, parsed.text, launch_start, interp, modules, env, script_args)
+    else:
+        skipped: List[str] = []
+        pre = preamble_text(parsed.text, launch_start, str(parsed.path), skipped)
+        n_pre = len([ln for ln in pre.splitlines() if ln.strip()])
+        console.say("stage 1 · environment check: fixed probe only, nothing of the script runs"
+                    + (f" (its {n_pre} preamble line(s) not replayed: pass --allow-preamble to check in the "
+                       "environment the script builds)" if n_pre else ""))
+        with console.status(f"stage 1 · fixed probe `python -c 'import {', '.join(modules)}'` …"):
+            se = probe_fixed_env(interp, modules, env)
+        se.preamble, se.skipped = pre, skipped
     res.checks = check_environment_torch(parsed, se, modules, env)
     if dump:
         msprobe_fix(res.checks)
@@ -479,7 +505,7 @@ def scan_from_output(output_dir: Path, lake: Lake, *, run_id: Optional[str] = No
 def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake: Lake, run_id: Optional[str] = None,
              out_dir: Path = Path("."), lang: str = "zh", dry_run: bool = False, timeout_s: Optional[float] = None,
              script_args: Sequence[str] = (), fmt: str = "text", profiler: str = "npu", rl_step: Optional[int] = None,
-             ray: Optional[str] = None, dump: bool = False, max_rounds: int = 3) -> int:
+             ray: Optional[str] = None, dump: bool = False, max_rounds: int = 3, allow_preamble: bool = False) -> int:
     """Body of ``tilake scan`` (kept here so ``cli.py`` stays thin). Returns the exit status:
     0 report written, 1 comparison skipped (fallback 3); errors raise :class:`TilakeError` (exit 2).
     ``fmt="json"``: the tables go to stderr and :func:`result_json` is written to stdout."""
@@ -489,8 +515,9 @@ def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake
         raise TilakeError(f"--format must be text or json, not {fmt!r}")
     console = ScanConsole(stderr=fmt == "json")
     if from_output is not None:
-        if dry_run or script_args or dump:
-            raise TilakeError("--from-output runs stages 4–5 only: --dry-run, --dump and script arguments do not apply")
+        if dry_run or script_args or dump or allow_preamble:
+            raise TilakeError("--from-output runs stages 4–5 only: --dry-run, --dump, --allow-preamble and script "
+                              "arguments do not apply")
         res = scan_from_output(from_output, lake, run_id=run_id, out_dir=out_dir, lang=lang, script=script,
                                console=console, progress=fmt == "text", rl_step=rl_step, ray=ray)
     else:
@@ -498,7 +525,7 @@ def cli_scan(script: Optional[Path], *, from_output: Optional[Path] = None, lake
             raise TilakeError("give the RL launch script (tilake scan run_qwen3.sh) or --from-output DIR")
         res = scan(script, lake, run_id=run_id, out_dir=out_dir, lang=lang, script_args=script_args,
                    timeout_s=timeout_s, dry_run=dry_run, console=console, progress=fmt == "text", profiler=profiler,
-                   rl_step=rl_step, ray=ray, dump=dump, max_rounds=max_rounds)
+                   rl_step=rl_step, ray=ray, dump=dump, max_rounds=max_rounds, allow_preamble=allow_preamble)
     if fmt == "json":
         emit_json(result_json(res))
     return ExitCode.SCAN_SKIPPED if res.status == "comparison_skipped" else ExitCode.DONE

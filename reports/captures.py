@@ -94,6 +94,18 @@ def invalid_text(invalid_rows: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(d.items()) if v)
 
 
+def status_text(status: Any, invalid_rows: Any) -> str:
+    """A capture's status for the health tables: ``ok`` only when no row was counted invalid, else
+    ``ok, 7 rows invalid`` (the kinds are in the invalid-rows column)."""
+    n = 0
+    try:
+        d = json.loads(invalid_rows) if isinstance(invalid_rows, str) else dict(invalid_rows or {})
+        n = sum(v for v in d.values() if isinstance(v, int)) if isinstance(d, dict) else 0
+    except (TypeError, ValueError):
+        n = 0
+    return f"{status}, {n} rows invalid" if n else str(status)
+
+
 def ingest_capture_rows(captures: Iterable[Any]) -> List[Dict[str, Any]]:
     """The fields :func:`steps_counted` reads, from an ingest's capture results (objects with
     ``capture.side``, ``capture.rank``, ``status``, ``marks.source``, ``steps_kept``)."""

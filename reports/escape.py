@@ -6,7 +6,9 @@ split on ``|`` and end at a newline, so every value a template prints goes throu
 itself, such as the grade ``<span>``, are :class:`markupsafe.Markup` and pass unchanged).
 CSV cells that a spreadsheet would run as a formula are neutralised by :func:`csv_cell`, the
 rule of OWASP's "CSV Injection" page: a cell starting with ``=``, ``+``, ``-``, ``@``, tab or
-carriage return gets a leading ``'`` (Excel and LibreOffice then show it as text).
+carriage return gets a leading ``'`` (Excel and LibreOffice then show it as text). Control characters
+(ESC, which starts terminal sequences, and the other C0/C1 codes) are written as ``\\xNN`` in every
+Markdown, CSV and xlsx cell (:func:`tilake.files.escape_controls`).
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ from typing import Any, Iterable, Union
 
 from markupsafe import Markup
 
+from tilake.files import FORMULA_START, csv_text, escape_controls
+
 _MD = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|", "\\": "\\\\",
                      "[": "\\[", "]": "\\]", "\r": " ", "\n": " "})
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+_FORMULA_START = FORMULA_START
 
 
 def md_text(value: Any) -> Markup:
@@ -29,7 +33,7 @@ def md_text(value: Any) -> Markup:
     """
     if isinstance(value, Markup):
         return value
-    return Markup(str(value).replace("\r\n", " ").translate(_MD))
+    return Markup(escape_controls(str(value).replace("\r\n", " ").translate(_MD)))
 
 
 def md_code(value: Any) -> Markup:
@@ -43,7 +47,7 @@ def md_code(value: Any) -> Markup:
     """
     if re.search(r"[<>&]", str(value)):
         return md_text(value)
-    text = str(value).replace("\r\n", " ").replace("\r", " ").replace("\n", " ").replace("|", "\\|")
+    text = escape_controls(str(value).replace("\r\n", " ")).replace("\r", " ").replace("\n", " ").replace("|", "\\|")
     runs = [len(r) for r in re.findall(r"`+", text)]
     fence = "`" * (max(runs, default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -53,7 +57,7 @@ def md_code(value: Any) -> Markup:
 def md_block(value: Any, info: str = "") -> Markup:
     """``value`` as a fenced code block (newlines kept): the fence is longer than any backtick run
     inside, so the text cannot close it early; content of a fenced block is never parsed as HTML."""
-    text = str(value).replace("\r\n", "\n").replace("\r", "\n")
+    text = escape_controls(str(value).replace("\r\n", "\n").replace("\r", "\n"))
     runs = [len(r) for r in re.findall(r"`{3,}", text)]
     fence = "`" * max(3, max(runs, default=0) + 1)
     return Markup(f"{fence}{info}\n{text}\n{fence}")
@@ -66,10 +70,9 @@ def md_join(items: Iterable[Any], sep: str = "") -> Markup:
 
 def csv_cell(value: Any) -> Any:
     """A CSV cell a spreadsheet will not evaluate: text starting with ``= + - @``, tab, CR (or their
-    full-width forms) gets a leading ``'``; other values are returned unchanged."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
+    full-width forms) gets a leading ``'``, control characters are ``\\xNN``; other values are returned
+    unchanged (:func:`tilake.files.csv_text`)."""
+    return csv_text(value)
 
 
 def markdown_env(templates: Union[str, Path], **kw):

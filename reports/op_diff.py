@@ -23,7 +23,14 @@ from tilake.errors import TilakeError
 from tilake.files import atomic_write_bytes
 from tilake.lake.read import reading_file
 from tilake.reports.alignment import alignment_facts
-from tilake.reports.captures import catalog_hint, invalid_text, steps_counted, steps_note, uncatalogued_kinds
+from tilake.reports.captures import (
+    catalog_hint,
+    invalid_text,
+    status_text,
+    steps_counted,
+    steps_note,
+    uncatalogued_kinds,
+)
 from tilake.reports.escape import csv_cell, markdown_env
 from tilake.reports.labels import grade_palette, label
 from tilake.reports.layer_picture import layer_pngs
@@ -309,7 +316,7 @@ def render_markdown(facts: Dict[str, Any], lang: str = "zh", chart: Optional[str
     env.globals.update(grade_span=lambda g, side=None: grade_span(g, lang, side), one_side=one_side,
                        ops_text=ops_text, calls_text=calls_text,
                        code_path=lambda r, s: code_path(r, s, lang),
-                       steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
+                       steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text, status_text=status_text,
                        steps_note=lambda: steps_note(lang), words=lambda key: label(key, lang),
                        # the "‡ differs from the seed's example table" footnote belongs to the bundled example only
                        seed_example=str(facts["run"].get("collection_method") or "").startswith("bundled synthetic"))

@@ -22,7 +22,14 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from tilake.files import atomic_write_bytes
-from tilake.reports.captures import catalog_hint, invalid_text, steps_counted, steps_note, uncatalogued_kinds
+from tilake.reports.captures import (
+    catalog_hint,
+    invalid_text,
+    status_text,
+    steps_counted,
+    steps_note,
+    uncatalogued_kinds,
+)
 from tilake.reports.labels import label
 from tilake.reports.layer_picture import layer_svg
 from tilake.reports.op_diff_verdict import op_diff_verdict
@@ -49,7 +56,7 @@ def render_html(facts: Dict[str, Any], records: List[Dict[str, Any]], grades: Di
     env.globals["grade_text"] = lambda g, side=None: grade_label(grades, g, lang, side)
     # the grade's English words in capitals beside a zh label (HIGH, INFERENCE ONLY): readable without CJK fonts
     env.globals["grade_word"] = lambda g, side=None: grade_label(grades, g, "en", side).split(" ", 1)[-1].upper()
-    env.globals.update(steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text,
+    env.globals.update(steps_counted=lambda caps, s: steps_counted(caps, s, lang), invalid_text=invalid_text, status_text=status_text,
                        steps_note=lambda: steps_note(lang), words=lambda key: label(key, lang))
     side_ops = {}
     by_side: Dict[str, List[Dict[str, Any]]] = {}

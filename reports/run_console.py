@@ -270,9 +270,12 @@ def print_runs(runs: List[RunListing], console=None, lake_root: Optional[Path] =
 def print_ingest(res) -> None:
     """``tilake ingest``'s lines: one per capture (side, rank, status, kernel and host-op counts, path,
     reason), the run's kernel total and evidence per side, then the ingest notes (steps, workers)."""
-    for c in res.captures:
-        print(f"{c.capture.side} rank {c.capture.rank}: {c.status} kernels={c.kernels} "
-                   f"host_ops={c.host_ops} {c.capture.path}" + (f" — {c.reason}" if c.reason else ""))
+    from tilake.files import escape_controls
+
+    for c in res.captures:   # paths and reasons quote the capture: its control characters shown, not acted on
+        print(escape_controls(f"{c.capture.side} rank {c.capture.rank}: {getattr(c, 'status_shown', c.status)} "
+                              f"kernels={c.kernels} host_ops={c.host_ops} {c.capture.path}"
+                              + (f" — {c.reason}" if c.reason else "")))
     print(f"run {res.run_id}: {res.kernels} kernels; evidence train={res.side_evidence.get('train')} "
                f"infer={res.side_evidence.get('infer')}")
     for line in res.notes:

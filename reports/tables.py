@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tilake.errors import TilakeError
-from tilake.files import atomic_write_bytes
+from tilake.files import atomic_write_bytes, escape_controls
 from tilake.lake.dump_records import ReportSource
 from tilake.lake.read import reading_file
 from tilake.reports.escape import csv_cell
@@ -247,14 +248,15 @@ def write_xlsx(path: Path, sheets: Sequence[Dict[str, Any]]) -> Path:
     wb = Workbook()
     wb.remove(wb.active)
     for sh in sheets:
-        ws = wb.create_sheet(sh["title"][:31])
-        ws.append(list(sh["header"]))
+        ws = wb.create_sheet(re.sub(r"[\x00-\x1f\x7f-\x9f\\/?*\[\]:]", "_", str(sh["title"]))[:31])   # Excel's rules
+        ws.append([_xl(h) for h in sh["header"]])
         _as_text(ws[1])
         for c in ws[1]:
             c.font = Font(bold=True)
         fills = sh.get("fills") or []
         for n, row in enumerate(sh["rows"]):
-            ws.append(["" if v is None else _cell(v) for v in row])
+            # control characters (ESC …) as \xNN: openpyxl refuses them (IllegalCharacterError), Excel cannot hold them
+            ws.append(["" if v is None else _xl(_cell(v)) for v in row])
             _as_text(ws[n + 2])
             colour = fills[n] if n < len(fills) else None
             if colour:
@@ -273,6 +275,11 @@ def write_xlsx(path: Path, sheets: Sequence[Dict[str, Any]]) -> Path:
     buf = io.BytesIO()
     wb.save(buf)
     return atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def _xl(v: Any) -> Any:
+    """A cell value openpyxl can store: text with control characters written ``\\xNN``."""
+    return escape_controls(v) if isinstance(v, str) else v
 
 
 def _as_text(cells) -> None:

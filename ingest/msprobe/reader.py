@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import check_regular, open_regular, within
 
 API_RE = re.compile(r"^(?P<api>.+)\.(?P<counter>\d+)\.(?P<dir>forward|backward)$")
 MODULE_RE = re.compile(r"^Module\.(?P<path>.+)\.(?P<cls>[^.]+)\.(?P<dir>forward|backward)\.(?P<call>\d+)$")
@@ -128,9 +129,10 @@ def locate_rank_dirs(path: Path) -> List[Path]:
 
 
 def _read_json(p: Path, what: str) -> Any:
+    check_regular(p, what)             # a FIFO there would block the read forever
     try:
-        with open(p, encoding="utf-8") as fh:
-            return json.load(fh)
+        with open_regular(p, what) as raw:
+            return json.loads(raw.read().decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise TilakeError(f"{what} is not valid JSON (line {exc.lineno}: {exc.msg})", path=p) from exc
     except UnicodeDecodeError as exc:   # random bytes: say where, in the file's terms
@@ -328,7 +330,8 @@ class DumpSide:
 
         Raises:
             TilakeError: the dump holds statistics only (no ``data_name``); ``data_name`` is not a
-                plain file name.
+                plain file name; the ``.pt`` or ``dump_tensor_data/`` is a symlink that leads out of the
+                dump folder (never read).
         """
         name = slot.data_name
         if not name:
@@ -339,7 +342,15 @@ class DumpSide:
             raise TilakeError(f"refused: {slot.entry} {slot.io}.{slot.index} has data_name {str(name)[:200]!r}, "
                               "not a plain file name inside dump_tensor_data/ (never opened)",
                               path=self.dir / "dump.json")
-        return self.data_dir / name
+        path = self.data_dir / name
+        if (path.is_symlink() or self.data_dir.is_symlink()) and not within(path, self.dir):
+            import os
+
+            link = self.data_dir if not within(self.data_dir, self.dir) else path
+            raise TilakeError(f"refused: {slot.entry} {slot.io}.{slot.index}: {link.name}"
+                              f"{'/' if link == self.data_dir else ''} is a symlink that leads out of the dump "
+                              f"(to {os.path.realpath(link)}); never read", path=path)
+        return path
 
     def load(self, slot: Slot):
         """Load one slot's tensor (see :func:`load_pt`). A file whose dtype differs from what
@@ -393,6 +404,7 @@ def load_pt(path: Path):
     import torch
 
     path = Path(path)
+    check_regular(path, "tensor file")   # a FIFO or device: never opened (torch.load would block on it)
     if not path.is_file():
         raise TilakeError("tensor file referenced by dump.json is missing", path=path)
     try:

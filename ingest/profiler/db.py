@@ -17,7 +17,9 @@ Format facts (``reference/ascend-profiler-format.md`` §0, §2.2–2.6, "Traps";
   real files (decided here by content); the block-size column is ``blockDim`` (CANN 8.x),
   ``blockNum`` (CANN 9.0) or ``block_dim`` (2024-03) — probed with ``PRAGMA table_info``;
 * a DB in WAL journal mode (header bytes 18–19 = 2) grows ``-wal``/``-shm`` files when opened,
-  even read-only, so it is copied to a private temp folder first; inputs stay byte-identical.
+  even read-only, so it is copied (with its ``-wal``/``-shm``/``-journal``) to a private temp folder and
+  recovered there, as SQLite would (committed ``-wal`` frames replayed, a hot journal rolled back);
+  inputs stay byte-identical.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import check_regular, open_regular, special_kind
 from tilake.ingest.profiler.kernels import sid_join, sid_value, write_kernels
 from tilake.ingest.profiler.names import clean_text, derived_op_type
 from tilake.ingest.profiler.rows import check_tables, dedupe_strings, explain
@@ -109,14 +112,18 @@ def check_header(path: Path) -> bool:
     Raises:
         TilakeError: not a SQLite file, or shorter than its header says (truncated copy).
     """
+    check_regular(path, "profiler database")       # a FIFO: never opened (SQLite would block on it)
+    recover = sidecars(path)      # a -wal or hot -journal beside it: the file alone is not the database
     try:
         size = path.stat().st_size
-        with open(path, "rb") as f:
+        with open_regular(path, "profiler database") as f:
             head = f.read(100)
     except OSError as exc:
         raise TilakeError(f"cannot read file ({exc.strerror})", path=path) from exc
-    if size == 0:
+    if size == 0 and not recover:
         raise TilakeError("empty file (0 bytes), not a profiler database", path=path)
+    if size == 0:
+        return True       # all of it in the -wal (or journal): SQLite reads it there
     if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
         raise TilakeError("not a SQLite database (wrong header); expected an "
                           "ascend_pytorch_profiler_*.db written by torch_npu", path=path)
@@ -125,6 +132,8 @@ def check_header(path: Path) -> bool:
     pages = int.from_bytes(head[28:32], "big")
     valid_for = int.from_bytes(head[92:96], "big")
     change = int.from_bytes(head[24:28], "big")
+    if recover:           # the -wal / -journal completes or rolls back what the header says
+        return head[18] == 2 or head[19] == 2
     if pages and valid_for == change and size < pages * page_size:
         raise TilakeError(f"truncated SQLite database: {size} bytes on disk, header says "
                           f"{pages * page_size}; copy the file again from the host", path=path)
@@ -134,23 +143,62 @@ def check_header(path: Path) -> bool:
     return head[18] == 2 or head[19] == 2
 
 
+#: files SQLite keeps beside a database: the write-ahead log, its index, and the rollback journal
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def sidecars(path: Path) -> List[str]:
+    """The suffixes of :data:`SIDECARS` present (as regular files) beside the DB ``path``."""
+    out = []
+    for sfx in SIDECARS:
+        side = Path(str(path) + sfx)
+        if side.is_file() and special_kind(side) is None:
+            out.append(sfx)
+    return out
+
+
 @contextmanager
 def readable_copy(path: Path, wal: bool) -> Iterator[Path]:
-    """Yield a path that may be opened without creating files beside the input.
+    """Yield a path that may be opened without creating files beside the input, holding what SQLite itself
+    would read there.
 
-    Non-WAL DBs are opened in place (read-only opens create nothing); WAL DBs are copied with any
-    ``-wal`` sidecar into a private temp folder, removed afterwards.
+    A DB with no ``-wal``/``-journal`` beside it and not in WAL mode is opened in place (read-only immutable
+    opens create nothing). Otherwise the DB and its ``-wal``/``-shm``/``-journal`` are copied into a private
+    temp folder (removed afterwards) and the copy is opened once read-write: SQLite replays committed ``-wal``
+    frames (a DB whose data lives only in the ``-wal`` of a process that never checkpointed), ignores
+    uncommitted ones (a capture copied mid-transaction), and rolls back a hot ``-journal`` (a writer killed
+    mid-transaction); the copy is then checkpointed into a plain file that every reader sees whole. The input
+    and its sidecars are never written.
+
+    Raises:
+        TilakeError: the copy cannot be made or SQLite refuses the recovery (names the sidecars).
     """
-    if not wal:
+    sides = sidecars(path)
+    if not wal and not sides:
         yield path
         return
     tmp = Path(tempfile.mkdtemp(prefix="tilake-db-"))
     try:
         dst = tmp / path.name
-        shutil.copyfile(path, dst)
-        side = Path(str(path) + "-wal")
-        if side.exists():
-            shutil.copyfile(side, Path(str(dst) + "-wal"))
+        try:
+            shutil.copyfile(path, dst)
+            for sfx in sides:
+                shutil.copyfile(Path(str(path) + sfx), Path(str(dst) + sfx))
+        except OSError as exc:
+            raise TilakeError(f"cannot copy the database and its {', '.join(sides) or 'WAL'} files to a temp folder "
+                              f"({exc.strerror})", path=path) from exc
+        try:
+            con = sqlite3.connect(str(dst), isolation_level=None)
+            try:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()   # recovery happens on first read
+                if wal or "-wal" in sides:
+                    con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    con.execute("PRAGMA journal_mode=DELETE").fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            raise TilakeError(f"SQLite cannot recover the database with its {', '.join(sides) or 'WAL'} file(s) "
+                              f"({exc}); copy the files again from the host, all together", path=path) from exc
         yield dst
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -205,11 +253,18 @@ class DbResult:
         if not self.invalid:
             return "; ".join(self.notes)
         parts = ", ".join(f"{k}: {v}" for k, v in sorted(self.invalid.items()))
-        timed = sum(v for k, v in self.invalid.items() if "repeated" not in k and "STRING_IDS" not in k)
+        timed = sum(v for k, v in self.invalid.items() if k.split(" ", 1)[0].split(".")[0] in KERNEL_TABLES
+                    and ("Ns" in k or "duration" in k))
         dangling = max((v for k, v in self.invalid.items() if k.endswith("not in STRING_IDS")), default=0)
+        nameless = sum(v for k, v in self.invalid.items() if "kernel name unknown" in k)
+        host = sum(v for k, v in self.invalid.items() if k.startswith("PYTORCH_API"))
+        steps = sum(v for k, v in self.invalid.items() if k.startswith("STEP_TIME"))
         heads = ([f"{timed} kernels with invalid times kept for the kernel set, excluded from timings"] if timed else [])
         heads += ([f"{dangling} kernels name a STRING_IDS id that does not exist (name or op type unknown)"]
                   if dangling else [])
+        heads += [f"{nameless} kernels with no name"] if nameless else []
+        heads += [f"{host} host ops whose time is not a number (excluded from host timings)"] if host else []
+        heads += [f"{steps} STEP_TIME rows that are not a step range (not used for steps)"] if steps else []
         head = "; ".join(heads) or "repeated rows dropped"
         return "; ".join([*self.notes, f"{head} ({parts})"])
 
@@ -250,6 +305,13 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
             res.invalid["STRING_IDS repeated ids (same value, kept once)"] = dup
         say(f"reading PYTORCH_API ({pr.rows.get('PYTORCH_API', 0):,} rows)")
         _host_ops_table(con, pr)
+        bad_host = con.execute("SELECT count(*) FROM hops WHERE start_ns IS NULL OR end_ns IS NULL "
+                               "OR end_ns < start_ns").fetchone()[0]
+        if bad_host:   # NaN / text / NULL where PYTORCH_API keeps its TEXT times: counted, never silently "ok"
+            res.invalid["PYTORCH_API.startNs/endNs not an integer, NULL or end < start"] = int(bad_host)
+        bad_steps = _bad_step_rows(db, pr)
+        if bad_steps:
+            res.invalid["STEP_TIME rows not a step range (id, startNs, endNs)"] = bad_steps
         res.compute_kernels, res.kernels = write_kernels(con, pr, writer, partition, capture_id,
                                                           res.invalid, shown, res.notes, say)
         say(f"{res.kernels:,} kernels written; host ops, call stacks, MSTX")
@@ -276,6 +338,8 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
         if type(exc).__name__ == "OutOfMemoryException":
             raise   # the CLI's one line names the memory limit and how to raise it (pipeline/failures.py)
+        if "File name too long" in str(exc) or isinstance(exc, MemoryError):
+            raise   # the lake's path / this machine's memory, not the DB: the CLI's one line says which
         better = explain(exc, db, shown)
         if better is not None:
             raise better from exc
@@ -286,6 +350,44 @@ def load_db(db: Path, pr: DbProbe, writer, partition: Dict, capture_id: str,
         except Exception:  # connection invalidated by a fatal DuckDB error: the writer reopens one
             writer._con = None
     return res
+
+
+#: tables whose rows are kernels (their time problems read "kernels with invalid times")
+KERNEL_TABLES = ("TASK", "COMPUTE_TASK_INFO", "COMMUNICATION_OP")
+
+
+def _bad_step_rows(db: Path, pr: DbProbe) -> int:
+    """``STEP_TIME`` rows that are not a step range: ``id`` not a non-negative integer, ``startNs``/``endNs`` not
+    integers, or ``endNs < startNs`` (0 when the table is absent or unreadable)."""
+    if not pr.has("STEP_TIME"):
+        return 0
+    try:
+        con = sqlite_ro(db)
+    except sqlite3.Error:
+        return 0
+    try:
+        rows = con.execute("SELECT id, startNs, endNs FROM STEP_TIME").fetchall()
+    except sqlite3.Error:
+        return 0
+    finally:
+        con.close()
+
+    def as_int(v) -> Optional[int]:
+        if isinstance(v, bool) or v is None:
+            return None
+        if isinstance(v, int):
+            return v
+        try:
+            return int(str(v).strip()) if str(v).strip().lstrip("-").isdigit() else None
+        except ValueError:
+            return None
+
+    bad = 0
+    for i, a, b in rows:
+        i, a, b = as_int(i), as_int(a), as_int(b)
+        if i is None or i < 0 or a is None or b is None or b < a:
+            bad += 1
+    return bad
 
 
 def _host_ops_table(con, pr: DbProbe) -> None:

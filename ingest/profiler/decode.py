@@ -125,6 +125,11 @@ class KernelStrings:
                             f'WHERE b."{idcol}" IS NOT NULL AND b."{idcol}" NOT IN (SELECT id FROM ksid)').fetchone()[0]
             if n:
                 out[f"{table}.{col} id not in STRING_IDS"] = int(n)
+            if col == "name":   # no id at all: the kernel has no name (kept for the counts, named here)
+                n = con.execute(f'SELECT count(*) FROM read_parquet({sql_str(files[key])}, hive_partitioning=false) b '
+                                f'WHERE b."{idcol}" IS NULL').fetchone()[0]
+                if n:
+                    out[f"{table}.{col} NULL (kernel name unknown)"] = int(n)
         return out
 
     def drop(self, con) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import check_regular, skip_special
 from tilake.ingest.profiler.capture import Capture, device_of, role_of, side_of  # noqa: F401 (re-exported)
 from tilake.ingest.profiler.verl_layouts import (  # noqa: F401 (re-exported)
     _MSPROF_DB_RE,
@@ -58,6 +59,8 @@ _LEVELS = {"Level0": 0, "Level1": 1, "Level2": 2}
 
 def _read_info(pt_dir: Path) -> Dict:
     for p in sorted(pt_dir.glob("profiler_info*.json")):
+        if skip_special(p, "profiler_info sidecar"):
+            continue
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -243,6 +246,8 @@ def explicit(path: Path, side: str) -> List[Capture]:
         raise TilakeError(f"side must be train or infer, not {side!r}")
     if not path.exists():
         raise TilakeError("does not exist", path=path)
+    if not path.is_dir():
+        check_regular(path, "the named capture")    # a FIFO or device: one line, never opened
     if path.is_file() and (is_trace_name(path.name) or path.name.endswith((".json", ".json.gz"))):
         return [trace_capture(path, [path.parent.name, path.name], side)]
     if path.is_file() and _MSPROF_DB_RE.match(path.name):

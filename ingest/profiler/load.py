@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Sequence, Set
 
 from tilake import settings
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import special_kind
 from tilake.ingest.profiler.capture import identity_notes
 from tilake.ingest.profiler.db import (
     check_header,
@@ -43,6 +44,7 @@ from tilake.ingest.profiler.db import (
     readable_copy,
     session_fields,
     sha256_file,
+    sidecars,
     table_rows_json,
 )
 from tilake.ingest.profiler.discover import Capture
@@ -86,6 +88,12 @@ class CaptureResult:
     notes: List[str] = field(default_factory=list)   # duplicates, workers, steps: said in the reason
     steps_kept: Optional[List[int]] = None           # steps counted after the common-step restriction
     info: List[str] = field(default_factory=list)    # said in the reason only (not a console warning)
+    invalid: int = 0                                 # rows kept but counted invalid (captures.invalid_rows)
+
+    @property
+    def status_shown(self) -> str:
+        """The status as the console says it: ``ok`` only when no row was counted invalid."""
+        return f"{self.status} with {self.invalid} invalid row(s)" if self.invalid else str(self.status)
 
 
 @dataclass
@@ -139,9 +147,16 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None
     with readable_copy(cap.path, wal) as db:
         pr = probe(db)
         if not pr.has("STRING_IDS") and not pr.has("TASK") and not pr.has("PYTORCH_API"):
-            raise TilakeError("SQLite file holds no torch_npu profiler tables (no STRING_IDS/TASK/PYTORCH_API)",
+            if wal and "-wal" not in sidecars(cap.path):
+                raise TilakeError("a WAL-mode database without its -wal file: the writer never checkpointed, so its "
+                                  "tables live in the -wal that was not copied with it (no STRING_IDS/TASK/"
+                                  f"PYTORCH_API in the .db alone); copy {cap.path.name}-wal from the host too",
+                                  path=cap.path)
+            raise TilakeError("SQLite file holds no torch_npu profiler tables (no STRING_IDS/TASK/PYTORCH_API)"
+                              + (" after replaying its " + "/".join(sidecars(cap.path)) if sidecars(cap.path) else ""),
                               path=cap.path)
-        row.update(schema_variant=pr.schema_variant + ("+wal" if wal else ""), schema_version=pr.schema_version,
+        rec = sidecars(cap.path)
+        row.update(schema_variant=pr.schema_variant + ("+wal" if wal else "") + ("+journal" if "-journal" in rec else ""), schema_version=pr.schema_version,
                    table_rows=table_rows_json(pr), **session_fields(pr, db))
         if not row.get("profiler_level") and pr.rows.get("COMPUTE_TASK_INFO"):
             row["profiler_level"] = profiler_level_from_db(db)
@@ -153,7 +168,8 @@ def _ingest_db_inner(cap: Capture, w, part: Dict, row: Dict, wal: bool, say=None
         if marks.ranges:  # launch times for the step assignment, while the (copied) DB is still here
             stage_launch_times(with_sqlite(w.con), db, sorted(_kernel_files(w, part) - before))
         if res.compute_kernels:
-            return CaptureResult(cap, "ok", res.invalid_note(), res.kernels, res.host_ops, "db", marks=marks)
+            return CaptureResult(cap, "ok", res.invalid_note(), res.kernels, res.host_ops, "db", marks=marks,
+                                 invalid=sum(res.invalid.values()))
         missing = ("no COMPUTE_TASK_INFO table" if not pr.has("COMPUTE_TASK_INFO")
                    else "COMPUTE_TASK_INFO ⋈ TASK has 0 rows")
         reason = (f"{missing} while host tables have {_host_rows(pr)} rows "
@@ -196,6 +212,10 @@ def _kernel_files(w, part: Dict) -> Set[Path]:
 
 
 def _ingest_one(cap: Capture, w, part: Dict, row: Dict, say=None) -> CaptureResult:
+    kind = special_kind(cap.path) if cap.kind in ("db", "trace") else None
+    if kind is not None:     # a FIFO/device where the DB or trace should be: skipped, never opened (it would block)
+        return CaptureResult(cap, CaptureStatus.EVIDENCE_MISSING,
+                             f"{cap.path.name} is {kind}, not a regular file: skipped, never opened")
     if cap.kind == "db":
         return _ingest_db(cap, w, part, row, say=say)
     if cap.kind == "text":

@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from tilake.ingest.inputs import skip_special
+
 # distributed_args key → short name used in runs.parallel_config
 _ARGS = (("tensor_model_parallel_size", "tp"), ("pipeline_model_parallel_size", "pp"),
          ("data_parallel_size", "dp"), ("context_parallel_size", "cp"), ("expert_model_parallel_size", "ep"),
@@ -31,6 +33,8 @@ def read_metadata(pt_dir: Optional[Path]) -> Dict[str, Any]:
     if pt_dir is None:
         return {}
     p = Path(pt_dir) / "profiler_metadata.json"
+    if skip_special(p, "profiler_metadata.json sidecar"):
+        return {}
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -64,8 +64,12 @@ def db_step_marks(db: Path) -> StepMarks:
         return StepMarks()
     try:
         rows = _try(con, "SELECT id, startNs, endNs FROM STEP_TIME WHERE id IS NOT NULL")
-        if rows:
-            return StepMarks("STEP_TIME", [(int(a), _int(b), _int(c)) for a, b, c in rows])
+        # a row whose id or times are not integers, or that ends before it starts, is no step range: left out
+        # (counted in the capture's invalid_rows by the DB reader)
+        good = [(i, b, c) for i, b, c in ((_int(a), _int(b), _int(c)) for a, b, c in rows)
+                if i is not None and i >= 0 and b is not None and c is not None and c >= b]
+        if good:
+            return StepMarks("STEP_TIME", good)
         for table, col, src in (("PYTORCH_API", "name", "PYTORCH_API ProfilerStep#N"),
                                 ("MSTX_EVENTS", "message", "MSTX ProfilerStep#N")):
             rows = _try(con, f"SELECT s.value, t.startNs, t.endNs FROM {table} t JOIN STRING_IDS s "
@@ -87,9 +91,12 @@ def _try(con, sql: str) -> list:
 
 
 def _int(v) -> Optional[int]:
+    """An integer column value (an int, or text of digits), else None (``NaN``, ``1.5e3``, ``"abc"``, NULL)."""
+    if isinstance(v, bool) or v is None or isinstance(v, float):
+        return None
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 

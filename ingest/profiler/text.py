@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import check_regular
 from tilake.ingest.profiler.names import clean_text, is_derived, op_type_or_derived
 from tilake.lake.duck import sql_str
 from tilake.lake.schema import KERNEL_MAX_NS, TIME_MAX_NS
@@ -92,6 +93,7 @@ def read_csv(path: Path, required: Tuple[Tuple[str, ...], ...] = ()) -> Tuple[Li
         TilakeError: unreadable, not CSV, no header, an unterminated quote (names its line), or
             rows of the wrong length that lack a required value (names how many and the first lines).
     """
+    check_regular(path, "profiler CSV")            # a FIFO: never opened
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f, strict=True)

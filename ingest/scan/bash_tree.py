@@ -116,6 +116,13 @@ class _Walker:
         self.char_bytes: List[int] = [] if self.ascii else self._char_bytes(text)
         self.out: List[Command] = []
         self.loops: List[Loop] = []
+        # character offset of every newline: line numbers by bisection (a count from the start for each of
+        # 200,000 commands was quadratic)
+        self.newlines: List[int] = [m.start() for m in re.finditer("\n", text)]
+
+    def line(self, offset: int) -> int:
+        """1-based line of character ``offset``."""
+        return bisect.bisect_left(self.newlines, offset) + 1
 
     @staticmethod
     def _char_bytes(text: str) -> List[int]:
@@ -199,7 +206,7 @@ class _Walker:
         words, arrays, own = cmd
         first = (words or arrays)[0]
         names, k = pipe if pipe else ([], 0)
-        self.out.append(Command(words, redirs + own, self.text.count("\n", 0, first.start) + 1, cond, bool(fn),
+        self.out.append(Command(words, redirs + own, self.line(first.start), cond, bool(fn),
                                 arrays, fn, list(names), k, list(self.loops)))
 
     def _loop(self, node: Node, body: Optional[Node]) -> Loop:
@@ -213,7 +220,7 @@ class _Walker:
         values = [self.token(c).raw for k, c in enumerate(node.children)
                   if node.field_name_for_child(k) == "value"]
         return Loop(kind, self.text[start:end].strip(), self.token(var).raw if var is not None else "", values, start,
-                    self.text.count("\n", 0, start) + 1)
+                    self.line(start))
 
     def _first_word(self, node: Node) -> str:
         while node.type == "redirected_statement" and node.child_by_field_name("body") is not None:
@@ -298,12 +305,25 @@ def _mask_default_brackets(data: bytes) -> bytes:
     return bytes(out)
 
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def mask_undecodable(text: str) -> str:
+    """``text`` (decoded with ``surrogateescape``) with each byte that was not UTF-8 shown as U+FFFD: the same
+    character offsets, printable and encodable."""
+    return _UNDECODABLE.sub("\ufffd", text)
+
+
 def parse_bash(text: str, path: str) -> BashScript:
     """:func:`parse_commands` plus the bare variable references (:class:`VarRef`).
+
+    ``text`` may hold bytes that were not UTF-8 (decoded with ``surrogateescape``, a GBK comment): the words
+    then carry U+FFFD in their place (same offsets).
 
     Raises:
         TilakeError: as :func:`parse_commands`.
     """
+    text = mask_undecodable(text)
     data = text.encode("utf-8")
     tree = _PARSER.parse(data)
     if tree.root_node.has_error:
@@ -312,11 +332,39 @@ def parse_bash(text: str, path: str) -> BashScript:
         if retry is None or retry.root_node.has_error:
             raise TilakeError(_syntax_error(tree.root_node, data), path=path)
         tree = retry
+    _check_depth(tree.root_node, path)
     w = _Walker(text, data)
     w.walk(tree.root_node, False, "", [])
     refs: List[VarRef] = []
     _collect_refs(tree.root_node, w, refs)
     return BashScript(w.out, refs)
+
+
+#: deepest syntax tree accepted (tree-sitter levels; one ``if``/``$(``/``(`` level is 2-4 of them): the walk below is
+#: recursive, and real launch scripts stay under 40
+MAX_SYNTAX_DEPTH = 300
+
+
+def _check_depth(root: Node, path: str) -> None:
+    """Refuse a script nested deeper than :data:`MAX_SYNTAX_DEPTH` (iterative: no recursion on hostile input).
+
+    Raises:
+        TilakeError: naming the line where the nesting passes the limit.
+    """
+    cur = root.walk()
+    depth = 0
+    while True:
+        if depth > MAX_SYNTAX_DEPTH:
+            raise TilakeError(f"line {cur.node.start_point[0] + 1}: nesting deeper than {MAX_SYNTAX_DEPTH} syntax "
+                              "levels (ifs, loops, subshells, $(...) or ${...} inside each other): not a launch "
+                              "script tilake reads", path=path)
+        if cur.goto_first_child():
+            depth += 1
+            continue
+        while not cur.goto_next_sibling():
+            if not cur.goto_parent():
+                return
+            depth -= 1
 
 
 _UNCERTAIN_PARENTS = _CONDITIONAL | {"function_definition", "do_group"}
@@ -369,14 +417,14 @@ def parse_commands(text: str, path: str) -> List[Command]:
 
 
 def _first_error(node: Node) -> Optional[Node]:
-    if node.type == "ERROR" or node.is_missing:
-        return node
-    for c in node.children:
-        if c.has_error or c.is_missing or c.type == "ERROR":
-            found = _first_error(c)
-            if found is not None:
-                return found
-    return None
+    """The first ERROR or missing node in source order (iterative: a hostile script may nest thousands deep)."""
+    while True:
+        if node.type == "ERROR" or node.is_missing:
+            return node
+        nxt = next((c for c in node.children if c.has_error or c.is_missing or c.type == "ERROR"), None)
+        if nxt is None:
+            return None
+        node = nxt
 
 
 def _syntax_error(root: Node, data: bytes) -> str:

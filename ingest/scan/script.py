@@ -67,6 +67,8 @@ class ParsedScript:
         return f"scan-{slug}-{digest}"
 
 
+_UNDECODABLE_RE = re.compile("[\udc80-\udcff]+")
+
 #: ``-m verl.<...>``, or a recipe entry point: ``-m recipe.<name>.<module>`` whose last part is
 #: ``main``, starts with ``main_`` or ends with ``_main`` (``recipe.dapo.main_dapo``,
 #: ``recipe.fully_async_policy.fully_async_main``; ``recipe.dapo.prepare_data`` is not one)
@@ -103,10 +105,14 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
         raise TilakeError(f"cannot read the script: {exc.strerror}", path=p) from exc
     if b"\0" in data[:8192]:
         raise TilakeError("binary file, not a launch script", path=p)
+    undecodable: List[int] = []
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TilakeError("not UTF-8 text, not a launch script", path=p) from exc
+    except UnicodeDecodeError:
+        # bash does not care about the encoding: a GBK/Latin-1 comment must not refuse the script. The bytes are
+        # kept (surrogateescape: a rewrite of the script keeps them) and read as U+FFFD by the parser.
+        text = data.decode("utf-8", "surrogateescape")
+        undecodable = [k + 1 for k, ln in enumerate(text.split("\n")) if _UNDECODABLE_RE.search(ln)]
     crlf = text.count("\r\n")
     if crlf:
         raise TilakeError(f"CRLF (Windows) line endings on {crlf} of {text.count(chr(10))} lines: bash reads `\\` + CR "
@@ -118,6 +124,10 @@ def parse_script(path: Union[str, Path], env: Optional[Mapping[str, str]] = None
     bash = parse_bash(text, str(p))
     shell = Shell(env, args, str(p))
     warnings: List[str] = []
+    if undecodable:
+        lines = ", ".join(map(str, undecodable[:10])) + (" …" if len(undecodable) > 10 else "")
+        warnings.append(f"line(s) {lines}: bytes that are not UTF-8 (another encoding, e.g. GBK), read as U+FFFD "
+                        "and kept as they are in the file")
     launches: List[Tuple[Command, int, frozenset]] = []
     fn_assigns: Dict[str, set] = {}
     opts: set = set()                       # shell options in force (``u``, ``pipefail``)

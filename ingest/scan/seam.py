@@ -189,8 +189,10 @@ class TorchNpuSeam(NpuSeam):
         self._probe_key = key
         pr = NpuProbe(seam=self.name, real=True, python=exe)
         try:
+            # from "/": ``python -c`` puts the working folder first on sys.path, and a torch.py beside the
+            # user's script must not be what the fixed probe imports (and runs)
             cp = subprocess.run([exe, "-c", _PROBE_PROGRAM, *PACKAGES], env=dict(env), capture_output=True,
-                                text=True, timeout=300)
+                                text=True, timeout=300, cwd="/", stdin=subprocess.DEVNULL)
             line = next((ln for ln in cp.stdout.splitlines() if ln.startswith("TILAKE_PROBE ")), None)
             if line is None:
                 pr.torch_error = f"probe of {exe} failed: " + (cp.stderr.strip().splitlines() or ["no output"])[-1]
@@ -210,7 +212,8 @@ class TorchNpuSeam(NpuSeam):
         pr.msprof = shutil.which("msprof", path=env.get("PATH", os.defpath))
         if pr.msprof:
             try:
-                cp = subprocess.run([pr.msprof, "--help"], env=dict(env), capture_output=True, text=True, timeout=60)
+                cp = subprocess.run([pr.msprof, "--help"], env=dict(env), capture_output=True, text=True, timeout=60,
+                                    cwd="/", stdin=subprocess.DEVNULL)
                 pr.msprof_default_db = MSPROF_DEFAULT_DB_MARK in (cp.stdout + cp.stderr)
             except (OSError, subprocess.SubprocessError):
                 pr.msprof_default_db = None

@@ -49,6 +49,10 @@ KEY_RAW_RE = re.compile(r"^[+~]{0,2}([A-Za-z_][A-Za-z0-9_.]*)=")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+#: longest value (characters) one word may expand to; longer is Unknown (``A="$A$A"`` thirty times would be GBs)
+MAX_VALUE_CHARS = 1 << 20
+
+
 class Multi(list):
     """Result of ``${ARR[@]}`` / ``$@``: several fields."""
 
@@ -199,7 +203,7 @@ class Shell:
     def _expand(self, raw: str, split: bool, in_dquote: bool = False) -> List[Value]:
         fields: List[Value] = []
         cur: List[str] = []
-        state = {"content": False, "unknown": None}
+        state = {"content": False, "unknown": None, "size": 0}
 
         def close() -> None:
             if state["unknown"] is not None:
@@ -209,6 +213,7 @@ class Shell:
             cur.clear()
             state["content"] = False
             state["unknown"] = None
+            state["size"] = 0
 
         def add(value: Any, quoted: bool) -> None:
             if value is None:
@@ -230,6 +235,10 @@ class Shell:
                     add(it, True)
                 if not items and quoted:
                     pass
+                return
+            state["size"] += len(value)
+            if state["size"] > MAX_VALUE_CHARS:
+                add(Unknown(f"a value longer than {MAX_VALUE_CHARS} characters is not evaluated"), quoted)
                 return
             if quoted or not split:
                 cur.append(value)
@@ -296,7 +305,7 @@ class Shell:
                     continue
                 if nxt == "'" and not dq:
                     j = raw.find("'", i + 2)
-                    add(raw[i + 2:j].encode().decode("unicode_escape"), True)
+                    add(_ansi_c(raw[i + 2:j]), True)
                     i = j + 1
                     continue
                 m = _NAME_RE.match(raw, i + 1)
@@ -312,6 +321,15 @@ class Shell:
             i += 1
         close()
         return fields
+
+
+def _ansi_c(body: str) -> Value:
+    """The value of ``$'body'`` (bash ANSI-C quoting: ``\\n``, ``\\t``, ``\\xHH``, ``\\uHHHH`` ...), or Unknown when
+    Python's ``unicode_escape`` reads it otherwise (``\\x`` without digits, ``\\N{...}``)."""
+    try:
+        return body.encode("utf-8", "surrogateescape").decode("unicode_escape")
+    except UnicodeError:
+        return Unknown(f"ANSI-C quoted $'{body[:40]}' not evaluated")
 
 
 def _match_close(raw: str, i: int, open_c: str, close_c: str) -> int:

@@ -38,7 +38,6 @@ and ``tensorboard_trace_handler``; checked against a trace written by torch 2.13
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import re
 import zlib
@@ -50,6 +49,7 @@ from typing import Dict, Optional
 import ijson
 
 from tilake.errors import TilakeError
+from tilake.ingest.inputs import is_gzip_file, open_decompressed
 
 KNOWN_SCHEMA_VERSIONS = {1}
 # category spellings → canonical category
@@ -111,14 +111,51 @@ class TraceScan:
 
 
 def is_gzip(path: Path) -> bool:
-    """Whether the file starts with the gzip magic bytes."""
-    with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+    """Whether the file starts with the gzip magic bytes.
+
+    Raises:
+        SpecialFile: a FIFO, device or socket (never opened blocking).
+    """
+    return is_gzip_file(path)
+
+
+class _SkipBom:
+    """Stream wrapper that drops a UTF-8 byte-order mark at the start (editors on Windows write one; JSON
+    parsers refuse it, and the file is otherwise whole)."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.first = True
+
+    def read(self, size: int = -1) -> bytes:
+        b = self.f.read(size)
+        if self.first and b:      # ijson reads 0 bytes first to learn the stream's type
+            self.first = False
+            if len(b) < 3 and b"\xef\xbb\xbf".startswith(b):
+                b += self.f.read(3 - len(b))
+            if b.startswith(b"\xef\xbb\xbf"):
+                b = b[3:] or self.f.read(size)
+        return b
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.f.close()
+
+    def close(self) -> None:
+        self.f.close()
 
 
 def open_trace(path: Path):
-    """Binary stream of the trace's JSON text (gunzipped on the fly when the file is gzip)."""
-    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+    """Binary stream of the trace's JSON text (gunzipped on the fly when the file is gzip, at most
+    :data:`tilake.ingest.inputs.GZIP_MAX_RATIO` × its size; a leading UTF-8 BOM dropped).
+
+    Raises:
+        SpecialFile: a FIFO, device or socket. DecompressionBomb (while reading): the gzip stream grows past the
+            ratio. OSError: as ``open``.
+    """
+    return _SkipBom(open_decompressed(path, "trace"))
 
 
 class TruncatedTrace(TilakeError):
@@ -128,10 +165,30 @@ class TruncatedTrace(TilakeError):
         super().__init__(message, path=path)
         self.reason = message
         self.events = events
+        self.kind = "truncated"      # or "nonfinite" (NaN/Infinity literal), "invalid" (other damage)
+
+
+_NONFINITE = re.compile(r"(?<![A-Za-z\"])-?(NaN|Infinity)(?![A-Za-z\"])")
 
 
 def _truncated(path: Path, exc: Exception, events: int = 0) -> TruncatedTrace:
+    """The error for a stream that stopped parsing, with its real cause: a stream that ends early (truncated), a
+    ``NaN``/``Infinity`` value (Python's ``json.dump`` writes them; JSON has no such literal), or other damage."""
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = str(exc)
+    early = isinstance(exc, EOFError) or "premature EOF" in text or "incomplete" in text.lower() or \
+        isinstance(exc, zlib.error) or "Compressed file ended" in text
+    if not early and _NONFINITE.search(text.split("\n", 1)[1] if "\n" in text else ""):
+        t = TruncatedTrace(f"not valid JSON after {events} events: a NaN or Infinity value (Python's json.dump writes "
+                           "them, JSON has no such literal); the file is complete, not truncated — write it with "
+                           "allow_nan=False or replace the values with null", path, events)
+        t.kind = "nonfinite"
+        return t
+    if not early:
+        t = TruncatedTrace(f"not valid JSON after {events} events ({detail}): the file is damaged or not a Chrome "
+                           "trace; re-export it (export_chrome_trace) or copy it again", path, events)
+        t.kind = "invalid"
+        return t
     return TruncatedTrace(f"truncated or corrupt trace: the JSON/gzip stream ends early or is damaged after "
                           f"{events} events ({detail}); re-export it (export_chrome_trace) or copy it again",
                           path, events)
@@ -180,7 +237,9 @@ class _TailReader:
     def read(self, size: int = -1) -> bytes:
         b = self.f.read(size)
         if b:
-            self.chunks.append(b)
+            # a chunk of whitespace only (padding between or after events) is kept as one space: the tail then
+            # stays small and keys_after_events linear, whatever the padding
+            self.chunks.append(b if b.strip() else b" ")
             self.read_count += 1
             extra = len(self.chunks) - (self.read_count - self.pinned)
             if extra > 0:
@@ -333,7 +392,9 @@ def stream_events(path: Path, folder: Path, scan: TraceScan) -> Dict[str, Path]:
                 # times stay in µs as written (int or float); the loader turns them into exact ns, takes the
                 # session bounds from the staged columns and checks them there once (MAX_TRACE_NS)
                 ts, dur = get("ts"), get("dur")
-                args = get("args") or empty
+                args = get("args")
+                if not isinstance(args, dict):     # a list or scalar where Kineto writes an object: no ids
+                    args = empty
                 if cat == "python_function":
                     w_py((args.get("Python id"), args.get("Python parent id"), _s(get("name")),
                           get("pid"), get("tid"), ts, dur))

@@ -154,6 +154,8 @@ def ingest_trace(path: Path, writer, partition: Dict, capture_id: str, keep_rank
     except duckdb.Error as exc:
         if type(exc).__name__ == "InterruptException":
             raise TilakeError("interrupted by the user; the lake is unchanged") from exc
+        if "File name too long" in str(exc):   # the lake's staging path is too long: not the trace's fault
+            raise
         raise TilakeError(f"cannot build lake tables from the trace ({str(exc).splitlines()[0]})", path=path) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -170,7 +172,9 @@ def _truncated_result(cap: Dict, exc: TruncatedTrace, scan: TraceScan) -> TraceR
     the break) and gives no rows: partial evidence would read as ops missing on one side."""
     rows = dict(sorted(scan.counts.items()))
     rows["steps"] = scan.steps
-    cap.update(truncated=True, schema_variant="chrome_trace_truncated",
+    cap.update(truncated=exc.kind == "truncated",
+               schema_variant={"nonfinite": "chrome_trace_nonfinite", "invalid": "chrome_trace_invalid"}.get(
+                   exc.kind, "chrome_trace_truncated"),
                table_rows=json.dumps(rows, separators=(",", ":")))
     return TraceResult(CaptureStatus.EVIDENCE_MISSING, exc.reason, capture=cap)
 

@@ -34,13 +34,18 @@ _BLOCK = 1 << 20
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb'\}\s*,\s*(?=\{\s*")')
 _END = re.compile(rb'\}\s*\]|\A\s*\]')
-_WS = re.compile(r"\s*")
+_WS = re.compile(r"[ \t\n\r]*")     # JSON's whitespace only (the text here may be Latin-1-decoded bytes)
+MAX_PENDING = 4 * PART_BYTES + _BLOCK
+"""Bytes held without a part boundary before the fast cut gives the file to the streaming reader: one event
+this long, or whitespace padding between two events, would otherwise be searched again for every block read
+(quadratic: 1 GiB of padding took minutes)."""
 _DECODER = json.JSONDecoder()
 
 
-def _array_start(head: bytes) -> Optional[int]:
-    """Offset just after the ``[`` of the top-level ``traceEvents`` array in ``head``, or None."""
-    for m in _START.finditer(head):
+def _array_start(head: bytes, pos: int = 0) -> Optional[int]:
+    """Offset just after the ``[`` of the top-level ``traceEvents`` array in ``head`` (a match starting at or after
+    ``pos``), or None."""
+    for m in _START.finditer(head, pos):
         try:
             obj = json.loads(head[:m.end() - 1] + b"[]}")
         except ValueError:
@@ -57,7 +62,7 @@ def _members_to_end(text: str, i: int) -> Optional[Dict]:
     i = _WS.match(text, i).end()
     while True:
         if text.startswith("}", i):
-            return out if not text[i + 1:].strip() else None
+            return out if _WS.match(text, i + 1).end() == len(text) else None
         if not text.startswith(",", i):
             return None
         i = _WS.match(text, i + 1).end()
@@ -80,14 +85,20 @@ def _members_to_end(text: str, i: int) -> Optional[Dict]:
 
 def _array_end(buf: bytes) -> Optional[Tuple[int, Dict]]:
     """``(n, keys)``: ``buf[:n]`` is the array's content (without its ``]``) and ``keys`` the object's members
-    after it, or None when ``buf`` does not end the array and the object."""
+    after it, or None when ``buf`` does not end the array and the object.
+
+    The structure is searched in ``buf`` decoded as Latin-1 (one character per byte, decoded once: each ``}]``
+    candidate costs only the members it parses, not a decode of the rest); the members found are parsed again
+    from UTF-8."""
+    text = buf.decode("latin-1")
     for m in _END.finditer(buf):
         close = m.end() - 1                     # the array's "]"
+        if _members_to_end(text, close + 1) is None:
+            continue
         try:
-            rest = buf[close + 1:].decode("utf-8")
+            keys = _members_to_end(buf[close + 1:].decode("utf-8"), 0)
         except UnicodeDecodeError:
             return None
-        keys = _members_to_end(rest, 0)
         if keys is not None and "traceEvents" not in keys:
             return (m.start() + 1 if buf[m.start():m.start() + 1] == b"}" else 0), keys
     return None
@@ -168,8 +179,9 @@ def split_events(path: Path, folder: Path, take: Callable[[List[Path]], bool]) -
                 block = f.read(_BLOCK)
                 if not block or len(head) > HEAD_LIMIT:
                     return None
+                seen = max(0, len(head) - 4096)      # a key split over two blocks is still found; no re-search
                 head += block
-                start = _array_start(head)
+                start = _array_start(head, seen)
             pending = bytearray(memoryview(head)[start:])
             del head
             while True:
@@ -179,7 +191,7 @@ def split_events(path: Path, folder: Path, take: Callable[[List[Path]], bool]) -
                 pending += block
                 if len(pending) >= 2 * PART_BYTES:
                     del pending[:cut(pending, False)]
-                    if not hand(False):
+                    if not hand(False) or len(pending) > MAX_PENDING:
                         return None
         found = _array_end(pending)
         if found is None or (found[0] == 0 and count[0]):   # "]" at the start of a later piece: not an empty array

@@ -187,8 +187,9 @@ def test_scan_dry_run_answers_as_the_cli_and_writes_nothing(tmp_path, monkeypatc
     assert stamp.sub("T", got.pop("diff")) == stamp.sub("T", want.pop("diff"))
     assert got == want and got["status"] == "dry_run" and got["stage1"]["config"]
     assert sorted(tmp_path.iterdir()) == [script]          # no lake, no backup, no output folder
-    err, text = call(ws, "scan_dry_run", {"script": str(script), "profiler": "torch"})
-    assert err and "pass allow_preamble=true" in text
+    err, got = call(ws, "scan_dry_run", {"script": str(script), "profiler": "torch"})   # the fixed probe: no replay
+    assert not err, got
+    assert sorted(tmp_path.iterdir()) == [script]
 
 
 def test_writes_stay_below_out_and_the_lake(tmp_path):

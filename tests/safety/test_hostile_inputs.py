@@ -133,7 +133,9 @@ def test_pt_that_is_not_a_torch_file_marks_the_boundary(pair, tmp_path, kind):
     r = _analyze(tmp_path, train, infer, mp)
     assert r.exit_code == 0 and "Traceback" not in r.output, r.output
     rows = {b["boundary"]: b for b in json.loads((tmp_path / "out" / "boundary_results.json").read_text())["boundaries"]}
-    assert rows["a"]["status"] == "MISSING" and "cannot load tensor file" in rows["a"]["reason"], rows["a"]
+    # a link out of the dump is never read (issue 33); the other kinds are read and refused as not torch files
+    why = "symlink that leads out of the dump" if kind == "symlink_to_text" else "cannot load tensor file"
+    assert rows["a"]["status"] == "MISSING" and why in rows["a"]["reason"], rows["a"]
     assert "\n" not in rows["a"]["reason"]
     with pytest.raises(TilakeError, match="not a torch file"):
         reader.load_pt(pt)
