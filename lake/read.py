@@ -16,6 +16,7 @@ import duckdb
 
 from tilake.errors import TilakeError
 from tilake.lake import schema
+from tilake.lake.commit import settle
 from tilake.lake.duck import connect_private, sql_str
 
 LakeLike = Any
@@ -74,6 +75,8 @@ def open_read(lake: LakeLike, raw: RawTables = True, error: Optional[str] = None
         TilakeError: no warehouse yet (run ``tilake build``); DuckDB cannot attach it (not a DuckDB file,
             held by an old-style writer).
     """
+    if raw_tables(raw):
+        settle(lake)   # a commit a killed writer sealed is completed before the raw views see it
     con = _attach(lake.warehouse, error)
     try:
         for t in raw_tables(raw):
