@@ -385,5 +385,6 @@ def mcp_cmd(lake_path, out_dir) -> None:
 
 main.add_command(dumps_group)   # `tilake dumps …` (cli_dumps.py)
 __import__("tilake.cli_fleet").cli_fleet.install(main)  # --ray on ingest/run/scan, `runs compact`: docs/fleet.md
+__import__("tilake.cli_lake").cli_lake.install(main)  # --wait on write commands, `check`: docs/lake.md
 if __name__ == "__main__":  # pragma: no cover
     main()
