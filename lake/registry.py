@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple, TypedDict, Union
 
 from tilake.errors import TilakeError
 from tilake.lake import schema
-from tilake.lake.commit import settle
+from tilake.lake.commit import check_format, settle
 from tilake.lake.duck import connect
 from tilake.lake.store import Lake, raw_source, validate_run_id
 from tilake.lake.warehouse import build_swapped
@@ -231,6 +231,8 @@ def list_runs(lake: Lake, source: str = "auto") -> List[RunListing]:
     Raises:
         TilakeError: the raw tables cannot be read (message names the lake).
     """
+    if lake.root.is_dir():
+        check_format(lake.root)   # a lake of a newer tilake: one line
     settle(lake)   # a commit a killed writer sealed is completed before the registry is read
     if not (lake.raw / "runs").is_dir() and not (lake.raw / "dump_runs").is_dir():
         return []

@@ -141,3 +141,30 @@ def test_killed_dump_analysis_leaves_old_or_new(base, pair, tmp_path):
         assert got in (old, new), (fault, got)
         assert got == (old if fault == "staged" else new), fault
         assert check_lake(Lake(lake)).problems == []
+
+
+def test_concurrent_ingests_all_land(base, tmp_path):
+    """Four ingests started at once into one new lake: each waits for the lock in turn, all four runs land."""
+    lake = tmp_path / "lake"
+    env = dict(os.environ, TILAKE_LOCK_WAIT="120")
+    env.pop("TILAKE_FAULT_AT", None)
+    procs = [subprocess.Popen([sys.executable, "-m", "tilake.cli", "ingest", str(base["dir"] / "po1"),
+                               "--run-id", f"c{i}", "--lake", str(lake)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for i in range(4)]
+    errs = [p.communicate(timeout=240)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errs
+    assert any("waiting for the lake lock held by pid" in e for e in errs)   # the wait is shown
+    assert sorted(r["run_id"] for r in list_runs(Lake(lake), source="raw")) == ["c0", "c1", "c2", "c3"]
+    assert check_lake(Lake(lake)).problems == []
+
+
+def test_a_second_writer_waits_then_gives_up_with_one_line(base, tmp_path):
+    lake = _copy(base, tmp_path, "lake")
+    with Lake(lake).locked(wait=0):
+        p = subprocess.run([sys.executable, "-m", "tilake.cli", "runs", "rm", RUN, "--no-build", "--wait", "0.5",
+                            "--lake", str(lake)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert lines[0].startswith(f"waiting for the lake lock held by pid {os.getpid()}")
+    assert lines[-1].startswith("error:") and f"pid {os.getpid()}" in lines[-1] and "waited 0.5 s" in lines[-1]
+    assert RUN in _state(lake)["registry"]
