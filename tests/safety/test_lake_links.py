@@ -90,6 +90,8 @@ def test_check_names_a_lost_file_and_a_lost_registry_and_build_refuses(lake_copy
     shutil.rmtree(lake_copy / "raw" / "runs")
     r = _run("check", "--lake", lake_copy)
     assert r.exit_code == 1 and "run registry folder is missing" in r.output, r.output
+    r = _run("runs", "--lake", lake_copy)      # not "no runs": the registry is named as lost
+    assert r.exit_code == 2 and "raw/runs is missing" in r.output, r.output
 
 
 def test_corrupt_raw_parquet_and_warehouse_are_one_line(lake_copy):
