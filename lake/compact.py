@@ -28,6 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, Iterable, List, Sequence
 
+from tilake.lake.commit import pending
 from tilake.lake.duck import connect, sql_str
 
 AUTO_MIN_FILES = 8
@@ -140,5 +141,6 @@ def compact_run(lake, run_id: str, min_files: int = 2, small_bytes: int = SMALL_
         finally:
             if con is not None:
                 con.close()
-            shutil.rmtree(staging, ignore_errors=True)
+            if not pending(lake.root):   # a sealed commit that failed mid-way still needs its staging
+                shutil.rmtree(staging, ignore_errors=True)
     return out

@@ -392,7 +392,8 @@ class Lake:
                 self._commit(writer)
             finally:
                 writer._close()
-                shutil.rmtree(staging, ignore_errors=True)
+                if not C.pending(self.root):   # a sealed commit that failed mid-way still needs its staging
+                    shutil.rmtree(staging, ignore_errors=True)
                 with contextlib.suppress(OSError):
                     (self.root / ".staging").rmdir()
 
@@ -429,7 +430,7 @@ class Lake:
             try:
                 com.apply()
             finally:
-                if staged is not None:
+                if staged is not None and not C.pending(self.root):
                     shutil.rmtree(staged.parent, ignore_errors=True)
             self._changed = True
         return len(parts)
