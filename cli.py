@@ -70,7 +70,7 @@ def _usage_line(exc: click.UsageError, where: str = "tilake") -> None:
     sys.exit(2)
 
 
-@click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison, a dumps gate or trend --fail-if failed; 2 bad input or a stopped step "
+@click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison, a dumps gate, trend --fail-if or lake check failed; 2 bad input or a stopped step "
              "(one 'error:' line); 3 outputs written, nothing comparable (evidence_missing).")
 @click.version_option(package_name="tilake")
 def main() -> None:
