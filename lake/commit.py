@@ -350,7 +350,7 @@ def read_format(root: Path) -> int:
     guard(path, False, root)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):   # no lake yet, or the lake path is a file (said elsewhere)
         return 1
     except (OSError, ValueError) as exc:
         raise TilakeError(f"the lake's format record cannot be read ({exc.__class__.__name__})", path=path,
