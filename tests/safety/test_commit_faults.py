@@ -168,3 +168,23 @@ def test_a_second_writer_waits_then_gives_up_with_one_line(base, tmp_path):
     assert lines[0].startswith(f"waiting for the lake lock held by pid {os.getpid()}")
     assert lines[-1].startswith("error:") and f"pid {os.getpid()}" in lines[-1] and "waited 0.5 s" in lines[-1]
     assert RUN in _state(lake)["registry"]
+
+
+@pytest.mark.parametrize("delay", [0.8, 1.6, 2.4])
+def test_reingest_killed_after_a_delay_leaves_old_or_new(base, expected, tmp_path, delay):
+    """The same without the hook: SIGKILL after ``delay`` seconds, wherever the ingest is then."""
+    lake = _copy(base, tmp_path, "lake")
+    env = dict(os.environ, TILAKE_LOCK_WAIT="0")
+    env.pop("TILAKE_FAULT_AT", None)
+    p = subprocess.Popen([sys.executable, "-m", "tilake.cli", *map(str, COMMANDS["reingest"](base)), "--lake", str(lake)],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        p.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    old, new = expected["reingest"]
+    assert _state(lake) in (old, new)
+    with Lake(lake).writing():
+        pass
+    assert check_lake(Lake(lake)).problems == []
