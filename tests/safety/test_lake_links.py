@@ -107,3 +107,15 @@ def test_corrupt_raw_parquet_and_warehouse_are_one_line(lake_copy):
         r = _run(*args, "--lake", lake_copy)
         assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (args, r.output)
         assert r.output.strip().splitlines()[-1].startswith("error:"), (args, r.output)
+
+
+def test_check_names_files_no_commit_wrote(lake_copy):
+    leaf = sorted((lake_copy / "raw" / "kernels" / "run_id=r1").rglob("*.parquet"))[0]
+    stray = leaf.with_name("part-99999.parquet")
+    stray.write_bytes(leaf.read_bytes())                      # rows a build would count twice
+    other = lake_copy / "raw" / "kernels" / "run_id=zz"
+    other.mkdir()
+    (other / "part-1.parquet").write_bytes(leaf.read_bytes())
+    r = _run("check", "--lake", lake_copy)
+    assert r.exit_code == 1, r.output
+    assert f"{stray}: no commit recorded this file" in r.output and f"{other}: no commit recorded" in r.output
