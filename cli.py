@@ -72,7 +72,7 @@ def _usage_line(exc: click.UsageError, where: str = "tilake") -> None:
     sys.exit(2)
 
 
-@click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison, a dumps gate or trend --fail-if failed; 2 bad input or a stopped step "
+@click.group(cls=_Group, epilog="Exit status: 0 done; 1 scan skipped the comparison, a dumps gate, trend --fail-if or lake check failed; 2 bad input or a stopped step "
              "(one 'error:' line); 3 outputs written, nothing comparable (evidence_missing).")
 @click.version_option(package_name="tilake")
 def main() -> None:
@@ -389,5 +389,6 @@ def mcp_cmd(lake_path, out_dir) -> None:
 
 main.add_command(dumps_group)   # `tilake dumps …` (cli_dumps.py)
 __import__("tilake.cli_fleet").cli_fleet.install(main)  # --ray on ingest/run/scan, `runs compact`: docs/fleet.md
+__import__("tilake.cli_lake").cli_lake.install(main)  # --wait on write commands, `check`: docs/lake.md
 if __name__ == "__main__":  # pragma: no cover
     main()

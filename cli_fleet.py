@@ -45,7 +45,7 @@ RAY_OPTION = click.Option(
 @click.pass_context
 def runs_compact(ctx, run_id, min_files, lake_path) -> None:
     """Merge RUN_ID's many small Parquet files into one per partition folder (rows unchanged; swapped in
-    atomically per table). The warehouse needs no rebuild."""
+    by one atomic commit). The warehouse needs no rebuild."""
     from tilake.lake.compact import compact_run
     from tilake.lake.store import validate_run_id
 

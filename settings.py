@@ -61,6 +61,16 @@ CACHE = "TILAKE_CACHE"
 # ray://HOST:PORT; the --ray option of ingest/run/scan sets it; unset or empty: threads on this machine
 RAY = "TILAKE_RAY"
 
+# seconds a write command waits for another writer's lake lock (a number >= 0; 0: refuse at once); the
+# --wait option of the write commands sets it; default 60
+LOCK_WAIT = "TILAKE_LOCK_WAIT"
+DEFAULT_LOCK_WAIT = 60.0
+
+# test hook of the commit (tests/safety/test_commit_faults.py): ``<step>`` or ``<step>:<signal>`` (KILL, INT,
+# TERM) makes the writer send itself that signal (default KILL) when its commit reaches the named step
+# (tilake.lake.commit.STEPS); unset in normal use
+FAULT_AT = "TILAKE_FAULT_AT"
+
 # stdout markers of the NPU seam's child script (not environment variables, see the module docstring)
 PROBE_MARKER = "TILAKE_PROBE"
 NO_EXPORT_TYPE_MARKER = "TILAKE_NO_EXPORT_TYPE"
@@ -270,3 +280,28 @@ def c_compiler(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
 
     env = os.environ if env is None else env
     return env.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def lock_wait(env: Optional[Mapping[str, str]] = None) -> float:
+    """``$TILAKE_LOCK_WAIT`` (or ``--wait``) in seconds, else :data:`DEFAULT_LOCK_WAIT`.
+
+    Raises:
+        TilakeError: the value is not a number >= 0.
+    """
+    env = _env(env)
+    value = (env.get(LOCK_WAIT) or "").strip()
+    if not value:
+        return DEFAULT_LOCK_WAIT
+    try:
+        secs = float(value)
+    except ValueError:
+        secs = -1.0
+    if not secs >= 0:   # also NaN
+        raise TilakeError(f"{LOCK_WAIT}={value!r} is not a number of seconds >= 0 (--wait SECONDS)")
+    return secs
+
+
+def fault_at(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``$TILAKE_FAULT_AT`` stripped, else None (a test hook: see :data:`FAULT_AT`)."""
+    env = os.environ if env is None else env
+    return (env.get(FAULT_AT) or "").strip() or None

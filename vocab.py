@@ -206,8 +206,8 @@ class ExitCode(IntEnum):
     SCAN_SKIPPED = 1
     """``tilake scan`` ran the job but skipped the comparison (the report says why)."""
     CHECK_FAILED = 1
-    """A CI check failed: ``tilake dumps gate`` (a mapped boundary differs or was not compared) or
-    ``tilake trend --fail-if`` (a series regressed). The same status as :attr:`SCAN_SKIPPED` (an alias)."""
+    """A CI check failed: ``tilake dumps gate`` (a mapped boundary differs or was not compared),
+    ``tilake trend --fail-if`` (a series regressed) or ``tilake check`` (the lake has a problem). The same status as :attr:`SCAN_SKIPPED` (an alias)."""
     BAD_INPUT = 2
     """Bad input or a stopped step: one ``error:`` line on stderr."""
     EVIDENCE_MISSING = 3

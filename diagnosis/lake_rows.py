@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from tilake.diagnosis.analyze import Analysis, RoundInput, amplification_chain
 from tilake.diagnosis.numerics import tensor_stats, torch_threads
@@ -119,8 +119,12 @@ def summary_row(s) -> dict:
 
 
 def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInput], card: TaskCard,
-               progress: Optional[Callable[[str, int, int], None]] = None) -> Dict[str, int]:
-    """Replace ``run_id``'s partitions of the dump tables with this analysis. Returns rows per table.
+               progress: Optional[Callable[[str, int, int], None]] = None,
+               extra: Optional[Callable[[Any], None]] = None) -> Dict[str, int]:
+    """Replace ``run_id``'s partitions of the dump tables with this analysis, in one commit. Returns rows per table.
+
+    ``extra``: called with the run's writer (:class:`tilake.lake.store.RunWriter`) before the commit, to add
+    rows of another dump table to the same commit (``dumps gate``: its ``dump_gates`` row).
 
     Raises:
         TilakeError: invalid run id; LakeBusyError when another writer holds the lake.
@@ -161,6 +165,8 @@ def write_lake(lake: Lake, run_id: str, an: Analysis, rounds: Sequence[RoundInpu
             "rounds": len(an.rounds), "verdict": an.verdict, "consistency": an.consistency,
             "verdict_reason": an.verdict_reason, "task_card": _j(card),
             "created_at": _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)}])
+        if extra is not None:
+            extra(w)
         return dict(w.rows_written)
 
 

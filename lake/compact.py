@@ -13,8 +13,9 @@ Two entries:
   rename): a staged leaf with more than :data:`AUTO_MIN_FILES` files whose mean size is under
   :data:`SMALL_BYTES` is merged. Staging is private, so no reader can see the half-done state.
 * :func:`compact_run` — ``tilake runs compact RUN``: the same for a committed run (any leaf with at
-  least ``min_files`` files), staged beside the lake and swapped in by ``os.rename`` per table as a
-  commit is, under the writer lock; rows are unchanged (checked by tests/lake/test_compact.py).
+  least ``min_files`` files), staged beside the lake and swapped in by one commit
+  (:class:`tilake.lake.commit.Commit`: every table's folder and the run record in one sealed journal), under
+  the writer lock; rows are unchanged (checked by tests/lake/test_compact.py).
 
 Rows keep their order: the files are read in name order (``preserve_insertion_order`` is on).
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, Iterable, List, Sequence
 
+from tilake.lake.commit import pending
 from tilake.lake.duck import connect, sql_str
 
 AUTO_MIN_FILES = 8
@@ -92,8 +94,9 @@ def compact_run(lake, run_id: str, min_files: int = 2, small_bytes: int = SMALL_
     (tables left as they were are not listed).
 
     Per table the run's folder is rebuilt in a staging folder (merged leaves written anew, other files
-    hard-linked, or copied where links fail) and swapped in by :meth:`tilake.lake.store.Lake._commit`
-    (old folder to ``.trash``, then deleted), inside :meth:`Lake.writing`. Rows are unchanged.
+    hard-linked, or copied where links fail) and every table is swapped in by one commit
+    (:meth:`tilake.lake.store.Lake._commit`: a sealed journal, old folders to ``.trash``, then deleted),
+    inside :meth:`Lake.writing`. Rows are unchanged.
     ``run_id`` must be valid (:func:`tilake.lake.store.validate_run_id`, which the caller runs: this
     module sits below the store).
     Raises:
@@ -138,5 +141,6 @@ def compact_run(lake, run_id: str, min_files: int = 2, small_bytes: int = SMALL_
         finally:
             if con is not None:
                 con.close()
-            shutil.rmtree(staging, ignore_errors=True)
+            if not pending(lake.root):   # a sealed commit that failed mid-way still needs its staging
+                shutil.rmtree(staging, ignore_errors=True)
     return out

@@ -16,6 +16,7 @@ import duckdb
 
 from tilake.errors import TilakeError
 from tilake.lake import schema
+from tilake.lake.commit import check_format, settle
 from tilake.lake.duck import connect_private, sql_str
 
 LakeLike = Any
@@ -71,9 +72,12 @@ def open_read(lake: LakeLike, raw: RawTables = True, error: Optional[str] = None
         error: the first words of the message when DuckDB cannot open the file (default
             ``cannot open the warehouse read-only``), followed by DuckDB's message on one line.
     Raises:
-        TilakeError: no warehouse yet (run ``tilake build``); DuckDB cannot attach it (not a DuckDB file,
-            held by an old-style writer).
+        TilakeError: the lake has a newer format (:func:`tilake.lake.commit.check_format`); no warehouse yet
+            (run ``tilake build``); DuckDB cannot attach it (not a DuckDB file, held by an old-style writer).
     """
+    check_format(lake.root)   # a lake of a newer tilake: one line, for readers too
+    if raw_tables(raw):
+        settle(lake)   # a commit a killed writer sealed is completed before the raw views see it
     con = _attach(lake.warehouse, error)
     try:
         for t in raw_tables(raw):

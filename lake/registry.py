@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple, TypedDict, Union
 
 from tilake.errors import TilakeError
 from tilake.lake import schema
+from tilake.lake.commit import MANIFESTS, check_format, read_manifest, settle
 from tilake.lake.duck import connect
 from tilake.lake.store import Lake, raw_source, validate_run_id
 from tilake.lake.warehouse import build_swapped
@@ -228,8 +229,17 @@ def list_runs(lake: Lake, source: str = "auto") -> List[RunListing]:
         ``created_at`` (naive UTC datetime), ``train_kernels, infer_kernels, captures,
         captures_not_usable, dump_verdict, dump_consistency``. Empty list for an empty/missing lake.
     Raises:
-        TilakeError: the raw tables cannot be read (message names the lake).
+        TilakeError: the raw tables cannot be read (message names the lake); the registry folders are gone
+        though run records exist; the lake has a newer format.
     """
+    if lake.root.is_dir():
+        check_format(lake.root)   # a lake of a newer tilake: one line
+    settle(lake)   # a commit a killed writer sealed is completed before the registry is read
+    for t in ("runs", "dump_runs"):   # runs were committed but their registry folder is gone: say so
+        if not (lake.raw / t).is_dir() and any(t in read_manifest(lake.root, f.stem)
+                                                for f in (lake.root / MANIFESTS).glob("*.json")):
+            raise TilakeError(f"the run registry folder raw/{t} is missing though runs were committed to it",
+                              path=lake.raw / t, hint="run `tilake check`; re-ingest the runs it names")
     if not (lake.raw / "runs").is_dir() and not (lake.raw / "dump_runs").is_dir():
         return []
     rows = None

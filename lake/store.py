@@ -1,14 +1,18 @@
 """The lake: Hive-partitioned Parquet under ``<root>/raw`` plus ``<root>/warehouse.duckdb``.
 
-Writes are atomic per run: a :class:`RunWriter` stages Parquet files in
-``<root>/.staging/<uuid>/`` and, only when the ingest finished without error, swaps each staged
-``raw/<table>/run_id=<id>/`` folder in by ``os.rename`` (the old one moves to ``.trash`` first).
-A failed ingest deletes its staging folder and leaves the lake as it was. Re-ingesting a run
-replaces its partitions of the tables the writer owns; it never duplicates rows.
+Writes are atomic per command: a :class:`RunWriter` stages Parquet files in
+``<root>/.staging/<uuid>/`` and, only when the ingest finished without error, commits them in one step
+(:class:`tilake.lake.commit.Commit`): a journal listing every rename (old partitions to ``.trash``, staged
+ones in, the run's record ``manifest/<run_id>.json``) is sealed by one rename, the renames are made, the
+journal is removed. A process killed at any moment leaves the old state (no sealed journal: the staging is
+swept) or the new one (the next open of the lake completes the sealed journal). A failed ingest deletes its
+staging folder and leaves the lake as it was. Re-ingesting a run replaces its partitions of the tables the
+writer owns; it never duplicates rows.
 
 One writer at a time, one door per command: :meth:`Lake.writing` takes ``<root>/.lock``
-(``fcntl.flock``), sweeps what a killed writer left and runs :meth:`Lake.ensure`, once; a second
-writer gets :class:`LakeBusyError` at once. The contract: a command's flow (``tilake.pipeline``)
+(``fcntl.flock``; a second writer waits up to ``--wait`` seconds, :func:`tilake.settings.lock_wait`, then
+gets :class:`LakeBusyError`), completes or sweeps what a killed writer left and runs :meth:`Lake.ensure`,
+once. The contract: a command's flow (``tilake.pipeline``)
 holds ``writing()`` around all its writes (ingest, remove, dbt build); the lower functions
 (:meth:`Lake.write_run`, :meth:`Lake.remove_run`, :mod:`tilake.lake.warehouse`) step into the same
 door, which for the thread already holding it is free (no second ``flock``, no second ``ensure``).
@@ -22,7 +26,10 @@ import fcntl
 import json
 import os
 import shutil
+import stat
+import sys
 import threading
+import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +38,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Unio
 from tilake import settings
 from tilake.errors import LakeBusyError, TilakeError
 from tilake.files import atomic_path
+from tilake.lake import commit as C
 from tilake.lake import schema
 from tilake.lake.compact import compact_staged
 from tilake.lake.duck import connect, parquet_columns, sql_str
@@ -128,10 +136,12 @@ class Lake:
         (temp file ``.tmp-*.parquet-partial`` + ``os.replace`` per file); then the schema file is
         written and the old root ``raw/<table>/_empty.parquet`` deleted. An interrupted migration
         leaves the schema file stale or absent, so the next call resumes it, first deleting any temp
-        file left. :meth:`writing` calls it once per command, under the lock.
+        file left. A lake of format 1 (no ``lake.json``) gets a run record per run
+        (:func:`tilake.lake.commit.write_record`) and then ``lake.json``. :meth:`writing` calls it once
+        per command, under the lock.
 
         Raises:
-            TilakeError: the lake path is a file.
+            TilakeError: the lake path is a file; the lake is of a newer format.
         """
         if self.root.exists() and not self.root.is_dir():
             raise TilakeError("lake path exists and is not a folder", path=self.root)
@@ -153,6 +163,27 @@ class Lake:
             old.unlink(missing_ok=True)
         if con is not None:
             con.close()
+        if C.read_format(self.root) < C.FORMAT_VERSION:
+            self._record_runs()
+            C.write_format(self.root)
+
+    def _record_runs(self) -> int:
+        """Format 1 → 2: write the run record (``manifest/<run_id>.json``) of every run from the files it
+        has now; returns how many. Killed mid-way, ``lake.json`` is not yet written and this runs again."""
+        runs: Dict[str, Dict[str, Dict[str, int]]] = {}
+        for table in schema.TABLES:
+            d = self.raw / table
+            if not d.is_dir():
+                continue
+            for part in sorted(d.glob("run_id=*")):
+                if part.is_dir() and not part.is_symlink():
+                    runs.setdefault(part.name.split("=", 1)[1], {})[table] = C.list_files(part, self.root)
+        for run_id, tables in runs.items():
+            target = C.manifest_path(self.root, run_id)
+            tmp = target.with_name(f".{target.name}.tmp")
+            C.write_record(tmp, run_id, tables)
+            os.replace(tmp, target)
+        return len(runs)
 
     def _migrate_table(self, con, table: str) -> int:
         """Rewrite the data files of ``table`` that store a partition column or lack a column of
@@ -197,14 +228,21 @@ class Lake:
 
     # ------------------------------------------------------------------ locking
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self, wait: Optional[float] = None, quiet: bool = False) -> Iterator[None]:
         """Hold the single-writer lock for the duration of the block.
 
+        The lock file is opened without following a link (``O_NOFOLLOW``) and must be a regular file.
+        When another process holds it, waits up to ``wait`` seconds (default :func:`tilake.settings.lock_wait`,
+        the ``--wait`` option), printing once on stderr ``waiting for the lake lock held by pid N…``.
+
+        Args:
+            quiet: print nothing while waiting (readers completing a journal).
         Raises:
-            LakeBusyError: another process holds it (message names the pid); TilakeError: the lake
-            path is a file, or the folder or its lock file cannot be created; the lake path contains
-            ``?``; the lock cannot be taken because the lake is read-only or the disk is full; a
-            write inside the block failed for such a reason (see :func:`lake_write_error`).
+            LakeBusyError: another process held it for longer than ``wait`` (message names the pid);
+            TilakeError: the lake path is a file, or the folder or its lock file cannot be created; the lock
+            file is a link or not a regular file; the lake path contains ``?``; the lock cannot be taken
+            because the lake is read-only or the disk is full; a write inside the block failed for such a
+            reason (see :func:`lake_write_error`).
         """
         if self.root.exists() and not self.root.is_dir():
             raise TilakeError("lake path exists and is not a folder", path=self.root)
@@ -212,10 +250,14 @@ class Lake:
             raise TilakeError("the lake path contains '?', which DuckDB reads as the start of URL parameters "
                               "in a database path (the warehouse could never be built)", path=self.root,
                               hint="use a lake folder without '?'")
+        C.guard(self.lock_path, False, self.root)
+        wait = settings.lock_wait() if wait is None else wait
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                C.guard(self.lock_path, False, self.root)   # raced into a link: the one line
             mapped = lake_write_error(self.root, exc)
             if mapped is not None:
                 raise TilakeError(f"cannot take the writer lock: {_WRITE_ERRNOS[exc.errno]}; the lake is unchanged",
@@ -223,12 +265,10 @@ class Lake:
             raise TilakeError(f"cannot create the lake folder or its lock file ({exc.strerror or exc})",
                               path=self.root) from exc
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-                raise LakeBusyError(f"another tilake writer is using this lake (pid {holder}); "
-                                    "wait for it to finish and retry", path=self.root) from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TilakeError("the lake's .lock should be a regular file and is not", path=self.lock_path,
+                                  hint="move .lock out of the lake and retry")
+            self._take(fd, wait, quiet)
             try:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -249,28 +289,55 @@ class Lake:
         finally:
             os.close(fd)
 
+    def _take(self, fd: int, wait: float, quiet: bool) -> None:
+        """``flock`` ``fd``, waiting up to ``wait`` s for another holder (see :meth:`locked`)."""
+        deadline, told, holder = time.monotonic() + wait, False, "unknown"
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or holder
+            if time.monotonic() >= deadline:
+                waited = f"; waited {wait:g} s for it" if wait > 0 else ""
+                raise LakeBusyError(f"another tilake writer is using this lake (pid {holder}){waited}",
+                                    path=self.root, hint="retry when it has finished, or give --wait SECONDS") from None
+            if not told and not quiet:
+                print(f"waiting for the lake lock held by pid {holder}… (up to {wait:g} s; --wait SECONDS)",
+                      file=sys.stderr, flush=True)
+                told = True
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
     @contextlib.contextmanager
     def writing(self) -> Iterator["Lake"]:
         """The one door of a write command: lock, sweep, ensure, once; re-entered for free.
 
-        The outermost entry (per thread) takes the writer lock (:meth:`locked`), removes staging
-        and trash folders a killed writer left (:meth:`_sweep_orphans`) and brings the layout up to
-        date (:meth:`ensure`). A nested entry by the thread holding the door does nothing more.
+        The outermost entry (per thread) refuses a lake of a newer format, takes the writer lock
+        (:meth:`locked`, waiting as ``--wait`` says), refuses lake internals that are links or of the wrong
+        kind (:func:`tilake.lake.commit.check_internals`), completes a commit a killed writer sealed
+        (:func:`tilake.lake.commit.recover`), removes staging and trash folders a killed writer left
+        (:meth:`_sweep_orphans`) and brings the layout up to date (:meth:`ensure`). A nested entry by the thread holding the door does nothing more.
         When the block raises and the door created the lake folder without committing anything
         into it, the folder is removed again: a failed first command leaves nothing behind.
 
         Raises:
-            LakeBusyError: another writer (process or thread) holds the lock; TilakeError: the
-            lake path is a file.
+            LakeBusyError: another writer (process or thread) held the lock past the wait; TilakeError: the
+            lake path is a file, a lake internal is a link or of the wrong kind, the lake is of a newer format.
         """
         if self._writer == threading.get_ident():
             yield self
             return
         created = not self.root.exists()
         try:
+            if self.root.is_dir():
+                C.check_format(self.root)   # a newer lake is refused before anything is touched
             with self.locked():
                 self._writer, self._changed = threading.get_ident(), False
                 try:
+                    C.check_format(self.root)
+                    C.check_internals(self.root, schema.TABLES)
+                    if C.recover(self.root):   # a killed writer's sealed commit: completed first
+                        self._changed = True
                     self._sweep_orphans()
                     self.ensure()
                     yield self
@@ -325,19 +392,22 @@ class Lake:
                 self._commit(writer)
             finally:
                 writer._close()
-                shutil.rmtree(staging, ignore_errors=True)
+                if not C.pending(self.root):   # a sealed commit that failed mid-way still needs its staging
+                    shutil.rmtree(staging, ignore_errors=True)
                 with contextlib.suppress(OSError):
                     (self.root / ".staging").rmdir()
 
     def _sweep_orphans(self) -> None:
-        """Remove staging/trash folders left by a killed writer (we hold the lock: nobody else writes)."""
+        """Remove staging/trash folders left by a killed writer (we hold the lock: nobody else writes; both
+        were checked not to be links by :meth:`writing`)."""
         for d in (self.root / ".staging", self.root / ".trash"):
-            if d.is_dir():
+            if d.is_dir() and not d.is_symlink():
                 for child in d.iterdir():
                     shutil.rmtree(child, ignore_errors=True)
 
     def remove_run(self, run_id: str, tables: Optional[Sequence[str]] = None) -> int:
-        """Delete every partition of ``run_id`` (all tables by default), inside :meth:`writing`.
+        """Delete every partition of ``run_id`` (all tables by default), inside :meth:`writing`, in one
+        commit (:class:`tilake.lake.commit.Commit`) together with its run record.
 
         Returns:
             the number of partition folders removed.
@@ -345,37 +415,62 @@ class Lake:
             TilakeError: invalid run id; LakeBusyError: lock held elsewhere.
         """
         validate_run_id(run_id)
-        removed = 0
         with self.writing():
-            for t in tables or list(schema.TABLES):
-                part = self.raw / t / f"run_id={run_id}"
-                if part.exists():
-                    trash = self.root / ".trash" / uuid.uuid4().hex
-                    trash.parent.mkdir(parents=True, exist_ok=True)
-                    os.rename(part, trash)
-                    shutil.rmtree(trash, ignore_errors=True)
-                    removed += 1
-                    self._changed = True
-        return removed
+            chosen = list(tables or schema.TABLES)
+            record = C.read_manifest(self.root, run_id)
+            parts = [t for t in chosen if os.path.lexists(self.raw / t / f"run_id={run_id}")]
+            if not parts:
+                return 0
+            com = C.Commit(self.root)
+            for t in parts:
+                com.replace(self.raw / t / f"run_id={run_id}", None)
+                record.pop(t, None)
+            staged = self._stage_record(run_id, record)
+            com.replace(C.manifest_path(self.root, run_id), staged)
+            try:
+                com.apply()
+            finally:
+                if staged is not None and not C.pending(self.root):
+                    shutil.rmtree(staged.parent, ignore_errors=True)
+            self._changed = True
+        return len(parts)
+
+    def _stage_record(self, run_id: str, record: Dict[str, Dict[str, int]]) -> Optional[Path]:
+        """Write ``record`` as a staged run record (None when the run has no table left)."""
+        if not record:
+            return None
+        path = self.root / ".staging" / uuid.uuid4().hex / "record.json"
+        C.write_record(path, run_id, record)
+        return path
 
     def _commit(self, writer: "RunWriter") -> None:
-        """Swap the writer's staged partitions in (old ones to ``.trash`` first, then deleted)."""
-        trash = self.root / ".trash" / uuid.uuid4().hex
-        trash.mkdir(parents=True, exist_ok=True)
-        try:
-            for t in writer.tables:
-                target = self.raw / t / f"run_id={writer.run_id}"
-                staged = writer.staging / t / f"run_id={writer.run_id}"
-                if target.exists():
-                    os.rename(target, trash / t)
-                if staged.exists():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.rename(staged, target)
-                self._changed = True
-        finally:
-            shutil.rmtree(trash, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                (self.root / ".trash").rmdir()
+        """Swap the writer's staged partitions of ``writer.tables`` and the run's updated record in, in one
+        commit (:class:`tilake.lake.commit.Commit`: sealed journal, renames, journal removed, trash deleted)."""
+        record = C.read_manifest(self.root, writer.run_id)
+        if not record and not C.manifest_path(self.root, writer.run_id).exists():
+            # no record yet: the run's other tables (written before records existed) keep theirs
+            for t in schema.TABLES:
+                part = self.raw / t / f"run_id={writer.run_id}"
+                if t not in writer.tables and part.is_dir():
+                    record[t] = C.list_files(part, self.root)
+        com = C.Commit(self.root)
+        for t in writer.tables:
+            target = self.raw / t / f"run_id={writer.run_id}"
+            staged = writer.staging / t / f"run_id={writer.run_id}"
+            if staged.is_dir():
+                files = C.list_files(staged, staged)
+                record[t] = {os.path.relpath(target / f, self.root): n for f, n in files.items()}
+                target.parent.mkdir(parents=True, exist_ok=True)
+            else:
+                record.pop(t, None)
+            com.replace(target, staged)
+        rec = writer.staging / ".record.json" if record else None
+        if rec is not None:
+            C.write_record(rec, writer.run_id, record)
+        com.replace(C.manifest_path(self.root, writer.run_id), rec)
+        (self.root / C.MANIFESTS).mkdir(exist_ok=True)
+        if com.apply():
+            self._changed = True
 
 
 class RunWriter:

@@ -71,10 +71,9 @@ def run_gate(train: Path, infer: Path, *, map_name: str = "auto", budget: Option
             if lake is not None:
                 from tilake.diagnosis.lake_rows import write_lake
 
-                res.lake_rows = dict(write_lake(lake, run_id, an, rins, task_card, cb))
-                with lake.write_run(run_id, ["dump_gates"]) as w:   # after the analysis' tables (they own it too)
-                    w.write_rows("dump_gates", [res.lake_row()])
-                    res.lake_rows.update(w.rows_written)
+                # the analysis' tables and the gate row in one commit
+                res.lake_rows = dict(write_lake(lake, run_id, an, rins, task_card, cb,
+                                                extra=lambda w: w.write_rows("dump_gates", [res.lake_row()])))
         observe(task_card, an)
         built = build_swapped(lake, select=DUMP_MODELS) if build else None
         res.dbt_nodes = len(built.nodes) if built is not None else None

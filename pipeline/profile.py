@@ -425,11 +425,15 @@ def build_command(lake: Lake, *, select: Sequence[str] = (), full_refresh: bool 
     Returns:
         the :class:`BuildResult` and its warnings in the user's terms (:func:`warning_text`).
     Raises:
-        TilakeError: no lake at ``lake.root``; dbt could not start. LakeBusyError.
+        TilakeError: no lake at ``lake.root``; files its commits recorded are missing
+        (:func:`tilake.lake.check.refuse_missing`); dbt could not start. LakeBusyError.
     """
+    from tilake.lake.check import refuse_missing
+
     if not (lake.raw.is_dir() or lake.warehouse.exists()):
         raise TilakeError("no lake here: ingest a run first (tilake ingest / run / example)", path=lake.root)
     with lake.writing():
+        refuse_missing(lake)   # a lost registry or data file: one line, not a build that drops the runs
         res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
         if res.success:
             from tilake.pipeline.align import align_stale_runs  # numpy: imported on the build path only

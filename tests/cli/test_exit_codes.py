@@ -38,6 +38,7 @@ def _bad_inputs(tmp):
         (["dbt", "--lake", str(nolake), "--", "ls"], "no lake here"),
         (["trend", "--metric", "nosuch", "--lake", str(nolake)], "unknown trend 'nosuch'"),
         (["mcp", "--lake", str(lake), "--out", str(afile)], "is a file"),
+        (["check", "--lake", str(nolake)], "no lake here"),
     ]
 
 

@@ -39,7 +39,8 @@ def test_tilake_run_takes_the_lock_and_ensures_once(tmp_path, monkeypatch):
     assert lake.warehouse.is_file()
 
 
-def test_door_is_reentrant_for_its_thread_only(tmp_path):
+def test_door_is_reentrant_for_its_thread_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILAKE_LOCK_WAIT", "0")   # refuse at once (the default waits 60 s)
     lake = Lake(tmp_path / "lake")
     errors = []
 

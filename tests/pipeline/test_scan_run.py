@@ -226,7 +226,8 @@ def test_read_only_filesystem_stops_before_anything_is_written(job, monkeypatch)
     assert sorted(p.name for p in script.parent.iterdir()) == before and not (tmp / "lake").exists()
 
 
-def test_busy_lake_after_the_run_says_how_to_retry(job):
+def test_busy_lake_after_the_run_says_how_to_retry(job, monkeypatch):
+    monkeypatch.setenv("TILAKE_LOCK_WAIT", "0")   # refuse at once (the default waits 60 s)
     script, env, tmp = job
     lake = Lake(tmp / "lake")
     with lake.locked():

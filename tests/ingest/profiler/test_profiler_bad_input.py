@@ -143,7 +143,8 @@ def test_reingest_replaces_without_duplicates(base):
     assert raw(lake.root, "runs", "run_id = 'good'").aggregate("count(*)").fetchone()[0] == 1
 
 
-def test_second_writer_is_refused(base):
+def test_second_writer_is_refused(base, monkeypatch):
+    monkeypatch.setenv("TILAKE_LOCK_WAIT", "0")   # refuse at once (the default waits 60 s)
     root, lake, _ = base
     before = lake_state(lake.root)
     hold, release = threading.Event(), threading.Event()
