@@ -1,7 +1,9 @@
 """Shared pytest fixtures. ``../shared`` sits beside the repository (CI copies it there)."""
 from __future__ import annotations
 
+import re
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,58 @@ def _report_source_matches_its_schema():
 
     with validating_writes():
         yield
+
+
+@pytest.fixture(scope="session")
+def example_run(tmp_path_factory):
+    """``(out_dir, ProfileResult)`` of ``tilake example`` (Chinese) in a temporary folder, built once per
+    session and shared by every test that only reads it (reports, API, build progress): ~20 s each saved.
+    Tests that write runs into the lake make their own."""
+    from tilake.pipeline.example import run_example
+
+    out = tmp_path_factory.mktemp("example_shared")
+    return out, run_example(out)
+
+
+# --- markers (registered in pyproject.toml): `python -m pytest -q -m "not slow"` is the quick loop -------------
+# A test is marked by what its module does (its source) and by the fixtures it uses:
+#   dbt     — builds a warehouse (a dbt build: seconds each); also slow
+#   ray     — starts a local Ray; also slow
+#   msprobe — reads or writes msprobe dumps (tests/fixtures/msprobe_*, the dump analysis)
+#   torch   — imports PyTorch
+# `slow` is dbt + ray + the modules listed in SLOW_MODULES (measured: > 20 s without a build).
+_DBT = re.compile(r"build_swapped\(|run_example\(|run_joined_example\(|run_command\(|run_profile\(|dbt_build\(|"
+                  r"dbt_passthrough\(|build_command\(|scan_command\(|cli_scan\(|dumps_command\(|"
+                  r"\[\"(?:build|example|run|dbt|scan|dumps|gate)\"|_invoke\(\"(?:build|example|run|dbt|scan|dumps|gate)\"|"
+                  r"\"--build\"|example_run\b|built\b|lake_copy\b|build=True")
+_TORCH = re.compile(r"^\s*(?:import torch|from torch\b)|importorskip\(\"torch\"\)", re.M)
+_RAY = re.compile(r"^\s*import ray\b|\"--ray\"|ray_local|\bray=", re.M)
+_MSPROBE = re.compile(r"msprobe|dumps_gen|dumps_mini", re.I)
+SLOW_MODULES: set = set()
+
+
+@lru_cache(maxsize=None)
+def _module_marks(path: str) -> frozenset:
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    marks = set()
+    if _DBT.search(text):
+        marks.add("dbt")
+    if _TORCH.search(text):
+        marks.add("torch")
+    if _RAY.search(text):
+        marks.add("ray")
+    if _MSPROBE.search(text):
+        marks.add("msprobe")
+    return frozenset(marks)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = str(getattr(item, "path", None) or item.fspath)
+        marks = set(_module_marks(path))
+        if {"example_run", "built", "lake_copy"} & set(getattr(item, "fixturenames", ())):
+            marks.add("dbt")
+        if marks & {"dbt", "ray"} or Path(path).name in SLOW_MODULES:
+            marks.add("slow")
+        for m in sorted(marks):
+            item.add_marker(getattr(pytest.mark, m))
