@@ -210,7 +210,8 @@ def main(argv=None) -> int:
         rows = [("build of one new run, lake of 1 run", "one new run + build (lake of 1 run)", "13–15", 3.0),
                 (f"build of one new run, lake of {a.runs} runs", f"one new run + build (lake of {a.runs} runs)",
                  "–", 5.0),
-                ("tilake runs rm", "runs rm (the new run)", "15–16", 1.5),
+                ("tilake runs rm, lake of 2 runs", "runs rm (the new run)", "15–16", 1.5),
+                (f"tilake runs rm, lake of {a.runs + 1} runs", f"runs rm (lake of {a.runs} runs)", "–", 1.5),
                 ("tilake run, real verl step (second run)", "tilake run, second run into that lake", "20", 6.0),
                 ("tilake run, real verl step (fresh lake)", "tilake run, fresh lake (first build)", "20", 6.0)]
         print("\nsummary (CPU s; median of the repeats):")

@@ -6,7 +6,9 @@
 1. **lock** and 2. **ensure** — :meth:`tilake.lake.store.Lake.writing` (free when the command holds it);
 3. **copy** — ``warehouse.duckdb`` (and a left-over WAL) into ``<lake>/.build/``;
 4. **profile** — a generated ``profiles.yml`` pointing dbt at the copy;
-5. **dbt** — :func:`dbt_build` on the copy (full refresh when the project changed);
+5. **dbt** — :func:`dbt_build` on the copy (full refresh when the project changed; the nodes it runs:
+   :func:`build_plan`), or, for a lake built by this very project, no dbt at all: :func:`replay_nodes`
+   refills the tables from dbt's own compiled SELECTs (:func:`_compile_replay`; ``tilake runs rm`` too);
 6. **checkpoint** — fold the copy's WAL into the file;
 7. **swap** — ``os.replace`` the copy over ``warehouse.duckdb`` (readers keep their snapshot); only
    when dbt succeeded (no error, no failing test): a failed build leaves the lake as it was.
@@ -296,7 +298,8 @@ def _compile_replay(lake: Lake, base_args: List[str], sha: str) -> None:
             if mat not in ("table", "incremental") or not node.compiled_code or not node.relation_name:
                 return   # not what the project holds today: keep running dbt
             nodes.append({"name": node.name, "kind": mat, "relation": node.relation_name, "sql": node.compiled_code,
-                          "registered_at": meta.get("tilake_registered_at"), "has": meta.get("tilake_has")})
+                          "registered_at": meta.get("tilake_registered_at"), "has": meta.get("tilake_has"),
+                          "rows_per_run": bool(meta.get("tilake_rows_per_run"))})
         names = {n["name"] for n in nodes}
         if "int_runs_versioned" not in names or any(n["kind"] == "incremental" and not (n["registered_at"] and n["has"])
                                                     for n in nodes):
@@ -333,20 +336,26 @@ def replay_nodes(con, rec: dict, removed: Optional[str] = None) -> List[DbtNode]
     its ``todo`` CTE) with dbt-duckdb's ``delete+insert`` on ``run_id``, then its post-hook
     (``tilake_delete_removed_runs``: rows of runs that left the lake go); a table model is emptied
     and refilled (``INSERT … BY NAME``: the column types of the last dbt build stay, HUGEINT-free).
-    ``removed``: a run id whose rows leave every incremental model first (``tilake runs rm``).
+    ``removed``: a run id whose rows leave every incremental model first (``tilake runs rm``); a table
+    model whose rows each come from their own run only (``meta: tilake_rows_per_run``) loses that run's
+    rows instead of being refilled.
     Raises duckdb.Error (the caller discards the copy and runs dbt).
     """
+    from tilake.lake.duck import sql_str
+
     nodes: List[DbtNode] = []
     versioned = next(n["relation"] for n in rec["nodes"] if n["name"] == "int_runs_versioned")
     con.execute("BEGIN")
     if removed is not None:
-        from tilake.lake.duck import sql_str
-
         for n in rec["nodes"]:
             if n["kind"] == "incremental":
                 con.execute(f"DELETE FROM {n['relation']} WHERE run_id = {sql_str(removed)}")
     for n in rec["nodes"]:
         rel = n["relation"]
+        if n["kind"] == "table" and removed is not None and n.get("rows_per_run"):
+            con.execute(f"DELETE FROM {rel} WHERE run_id = {sql_str(removed)}")
+            nodes.append(DbtNode(n["name"], "model", "success", "rows of the run deleted"))
+            continue
         if n["kind"] == "table":
             con.execute(f"DELETE FROM {rel}")
             con.execute(f"INSERT INTO {rel} BY NAME SELECT * FROM ({n['sql']}) t")
@@ -563,7 +572,9 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
     """The build door: ``dbt build`` into a copy of the warehouse, then swap it in atomically.
 
     Steps in the module docstring's order: lock, ensure, copy, profile, dbt, checkpoint, swap.
-    Safe beside readers (they keep the snapshot they opened).
+    Safe beside readers (they keep the snapshot they opened). A plain build (no ``select``,
+    ``full_refresh``, ``check`` or ``extra``) of a lake last built by this same project runs no dbt:
+    :func:`replay_nodes` refills its tables (``plan="rows"``); anything it cannot take falls back to dbt.
 
     Args:
         lake: the lake; ``<lake>/.build/`` is the scratch folder (removed afterwards).
