@@ -54,9 +54,13 @@ def project_fingerprint(project: Optional[Path] = None) -> str:
     The tilake version is hashed too: an upgrade rebuilds everything once (:func:`build_plan`).
     """
     project = project or PROJECT_DIR
-    from tilake import __version__
+    from importlib import metadata
 
-    h = hashlib.sha256(f"tilake {__version__}\0".encode())   # a tilake upgrade also refreshes (fast builds trust it)
+    try:
+        version = metadata.version("tilake")
+    except metadata.PackageNotFoundError:   # run from a source tree that is not installed
+        version = ""
+    h = hashlib.sha256(f"tilake {version}\0".encode())   # a tilake upgrade also refreshes (fast builds trust it)
     for top in _FINGERPRINTED:
         p = project / top
         files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)

@@ -48,7 +48,8 @@ def example_run(tmp_path_factory):
 #   ray     — starts a local Ray; also slow
 #   msprobe — reads or writes msprobe dumps (tests/fixtures/msprobe_*, the dump analysis)
 #   torch   — imports PyTorch
-# `slow` is dbt + ray + the modules listed in SLOW_MODULES (measured: > 20 s without a build).
+# `slow` is dbt + ray + SLOW (path or path::test-name prefixes measured at ≥ 10 s each on 2 loaded cores
+# without a build; `--durations=30` of the quick loop, 2026-12-04).
 _DBT = re.compile(r"build_swapped\(|run_example\(|run_joined_example\(|run_command\(|run_profile\(|dbt_build\(|"
                   r"dbt_passthrough\(|build_command\(|scan_command\(|cli_scan\(|dumps_command\(|"
                   r"\[\"(?:build|example|run|dbt|scan|dumps|gate)\"|_invoke\(\"(?:build|example|run|dbt|scan|dumps|gate)\"|"
@@ -56,7 +57,19 @@ _DBT = re.compile(r"build_swapped\(|run_example\(|run_joined_example\(|run_comma
 _TORCH = re.compile(r"^\s*(?:import torch|from torch\b)|importorskip\(\"torch\"\)", re.M)
 _RAY = re.compile(r"^\s*import ray\b|\"--ray\"|ray_local|\bray=", re.M)
 _MSPROBE = re.compile(r"msprobe|dumps_gen|dumps_mini", re.I)
-SLOW_MODULES: set = set()
+SLOW = (
+    "tests/ingest/torch/test_trace_stage.py::test_fast_read_equals_the_streaming_read",   # every real/quirky trace
+    "tests/ingest/torch/test_trace_ingest.py::test_real_trace_quirks",
+    "tests/lake/test_plain_dbt.py::test_plain_dbt_build",          # a plain `dbt build` subprocess
+    "tests/lake/test_compact.py",
+    "tests/ingest/profiler/test_profiler_big_capture.py::test_second_capture_after_a_spilled_one",
+    "tests/ingest/profiler/test_profiler_text_rows.py::test_op_statistic_only_rank",
+    "tests/ingest/scan/test_scan_env.py::test_real_seam",
+    "tests/ingest/scan/test_scan_torch.py::test_every_real_script",
+    "tests/ingest/profiler/test_parallel_ingest.py",
+)
+# fixtures that build a warehouse (a test using one is `dbt`)
+DBT_FIXTURES = {"example_run", "example", "built", "lake_copy"}
 
 
 @lru_cache(maxsize=None)
@@ -75,12 +88,17 @@ def _module_marks(path: str) -> frozenset:
 
 
 def pytest_collection_modifyitems(config, items):
+    root = Path(__file__).resolve().parents[1]
     for item in items:
         path = str(getattr(item, "path", None) or item.fspath)
         marks = set(_module_marks(path))
-        if {"example_run", "built", "lake_copy"} & set(getattr(item, "fixturenames", ())):
+        if DBT_FIXTURES & set(getattr(item, "fixturenames", ())):
             marks.add("dbt")
-        if marks & {"dbt", "ray"} or Path(path).name in SLOW_MODULES:
+        try:
+            nodeid = Path(path).resolve().relative_to(root).as_posix() + "::" + item.name
+        except ValueError:
+            nodeid = item.nodeid
+        if marks & {"dbt", "ray"} or nodeid.startswith(SLOW):
             marks.add("slow")
         for m in sorted(marks):
             item.add_marker(getattr(pytest.mark, m))
