@@ -276,7 +276,7 @@ def _replay_path(lake: Lake) -> Path:
 
 
 def _compile_replay(lake: Lake, base_args: List[str], sha: str) -> None:
-    """Record the SELECT of every table dbt fills, for builds and removals without dbt (:func:`replay_build`).
+    """Record the SELECT of every table dbt fills, for builds and removals without dbt (:func:`replay_nodes`).
 
     ``dbt compile --select`` :data:`FAST_SELECT` with ``TILAKE_REPLAY_TEMPLATE=1``: the per-run
     incremental models compile with :data:`REPLAY_MARKER` where the due runs' ids go
