@@ -144,15 +144,19 @@ def dbt_cmd(args, lake_path):
 @main.command()
 @click.option("--select", "select", multiple=True, help="dbt --select (repeatable); each model is built with its ancestors (+MODEL) so incremental marts never read stale tables.")
 @click.option("--full-refresh", is_flag=True, help="Rebuild incremental models from scratch.")
+@click.option("--check", is_flag=True, help="Also run the dbt data and unit tests (every node, as `dbt build` "
+              "does); without it a lake built by this same project refreshes its tables only.")
 @LAKE_OPTION
 @dbt_options
-def build(select, full_refresh, lake_path):
-    """Run dbt build on the lake (seeds, models, tests) in-process, into a copy of the warehouse that
-    is swapped in atomically (readers with the warehouse open are never blocked)."""
+def build(select, full_refresh, check, lake_path):
+    """Run dbt build on the lake in-process, into a copy of the warehouse that is swapped in atomically
+    (readers with the warehouse open are never blocked). Only the tables run when this project built
+    the warehouse last; the first build, a changed project or --full-refresh builds every model and
+    seed; --check adds the data and unit tests."""
     from tilake.pipeline.profile import build_command
     from tilake.reports.run_console import print_build
 
-    res, warnings = build_command(_lake(lake_path), select=select, full_refresh=full_refresh)
+    res, warnings = build_command(_lake(lake_path), select=select, full_refresh=full_refresh, check=check)
     print_build(res, warnings)
     if not res.success:
         raise TilakeError(res.failure_line())
@@ -274,13 +278,17 @@ def runs_group(ctx, lake_path, as_json) -> None:
 @LAKE_OPTION
 @click.pass_context
 def runs_rm(ctx, run_id, no_build, lake_path) -> None:
-    """Remove RUN_ID's partitions from every raw table and rebuild the warehouse (swapped in atomically)."""
+    """Remove RUN_ID's partitions from every raw table and its rows from the warehouse's marts (swapped in
+    atomically; a dbt rebuild only when the lake has no record of its tables' SQL)."""
     from tilake.lake.registry import remove_run
 
     tables, res = remove_run(_lake(lake_path), run_id, rebuild=not no_build)
     click.echo(f"removed run {run_id} from {len(tables)} table(s): {', '.join(tables)}")
     if res is not None:
-        click.echo(f"rebuilt: {len(res.nodes)} dbt nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
+        if res.plan == "rows":
+            click.echo(f"warehouse: the run's rows removed, {len(res.nodes)} tables updated")
+        else:
+            click.echo(f"rebuilt: {len(res.nodes)} dbt nodes, {len(res.failures)} failed, {len(res.warnings)} warnings")
         res.raise_if_failed("dbt build failed after removing the run")
 
 

@@ -133,7 +133,11 @@ def node_times(lake: Lake, top: int = 6) -> None:
     """Where the last dbt invocation spent its time (``run_results.json``): trend marts vs the rest."""
     import json
 
-    rr = json.loads((lake.root / ".dbt" / "target" / "run_results.json").read_text())
+    f = lake.root / ".dbt" / "target" / "run_results.json"
+    if not f.is_file():   # tilake's builds run dbt with --no-write-json (issue 35)
+        print("    (no run_results.json: tilake builds do not write it; node times not shown)")
+        return
+    rr = json.loads(f.read_text())
     res = [(r["unique_id"], r["execution_time"]) for r in rr["results"]]
     mine = [t for u, t in res if any(k in u for k in (".fct_run_", ".fct_change_", ".int_run_", ".int_runs_versioned"))]
     print(f"    dbt wall {rr['elapsed_time']:.1f} s; node time: trend models {sum(mine):.1f} s, "

@@ -81,6 +81,12 @@ class BuildResult:
     compiled: Dict[str, str] = field(default_factory=dict)
     # after a failed build: the runs whose data it failed on, with why ([(run_id, why)]; :func:`suspect_runs`)
     suspects: List[Tuple[str, str]] = field(default_factory=list)
+    # what ran (tilake.lake.warehouse.build_plan): "full" (every node), "fast" (the tables only: the
+    # project is the one that built the warehouse), "select" (the caller's models), "rows" (a removed
+    # run's rows deleted and the whole-lake tables refilled, no dbt: drop_run_rows)
+    plan: str = "full"
+    # data and unit tests ran (``tilake build --check``, or a whole build with user rules)
+    tested: bool = True
 
     def __post_init__(self) -> None:
         self.nodes = [n if isinstance(n, DbtNode) else DbtNode(*n) for n in self.nodes]

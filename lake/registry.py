@@ -28,7 +28,7 @@ from tilake.lake import schema
 from tilake.lake.commit import MANIFESTS, check_format, read_manifest, settle
 from tilake.lake.duck import connect
 from tilake.lake.store import Lake, raw_source, validate_run_id
-from tilake.lake.warehouse import build_swapped
+from tilake.lake.warehouse import build_swapped, drop_run_rows
 
 UNKNOWN = "unknown"
 
@@ -288,7 +288,8 @@ def run_tables(lake: Lake, run_id: str) -> List[str]:
 
 
 def remove_run(lake: Lake, run_id: str, rebuild: bool = True):
-    """Delete every raw partition of ``run_id`` and rebuild the warehouse (via :func:`build_swapped`).
+    """Delete every raw partition of ``run_id`` and take its rows out of the warehouse
+    (:func:`~tilake.lake.warehouse.drop_run_rows`; a full :func:`build_swapped` when that has no record).
 
     Returns:
         ``(tables_removed: list[str], build_result | None)``.
@@ -307,7 +308,8 @@ def remove_run(lake: Lake, run_id: str, rebuild: bool = True):
                               hint=("runs: " + ", ".join(known) + (" …" if len(known) == 5 else "")) if known
                               else "the lake has no runs")
         lake.remove_run(run_id)
-        res = build_swapped(lake) if rebuild else None
+        # the run's rows leave the marts (keyed by run); a full rebuild only without a usable record
+        res = (drop_run_rows(lake, run_id) or build_swapped(lake)) if rebuild else None
     return tables, res
 
 

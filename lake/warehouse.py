@@ -6,7 +6,9 @@
 1. **lock** and 2. **ensure** — :meth:`tilake.lake.store.Lake.writing` (free when the command holds it);
 3. **copy** — ``warehouse.duckdb`` (and a left-over WAL) into ``<lake>/.build/``;
 4. **profile** — a generated ``profiles.yml`` pointing dbt at the copy;
-5. **dbt** — :func:`dbt_build` on the copy (full refresh when the project changed);
+5. **dbt** — :func:`dbt_build` on the copy (full refresh when the project changed; the nodes it runs:
+   :func:`build_plan`), or, for a lake built by this very project, no dbt at all: :func:`replay_nodes`
+   refills the tables from dbt's own compiled SELECTs (:func:`_compile_replay`; ``tilake runs rm`` too);
 6. **checkpoint** — fold the copy's WAL into the file;
 7. **swap** — ``os.replace`` the copy over ``warehouse.duckdb`` (readers keep their snapshot); only
    when dbt succeeded (no error, no failing test): a failed build leaves the lake as it was.
@@ -29,7 +31,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tilake import settings
 from tilake.errors import TilakeError
@@ -49,9 +51,16 @@ def project_fingerprint(project: Optional[Path] = None) -> str:
 
     ``project`` defaults to the packaged project; a project with user rules merged into its seeds
     (:mod:`tilake.lake.rules`) has another fingerprint, so changing rules triggers a full refresh.
+    The tilake version is hashed too: an upgrade rebuilds everything once (:func:`build_plan`).
     """
     project = project or PROJECT_DIR
-    h = hashlib.sha256()
+    from importlib import metadata
+
+    try:
+        version = metadata.version("tilake")
+    except metadata.PackageNotFoundError:   # run from a source tree that is not installed
+        version = ""
+    h = hashlib.sha256(f"tilake {version}\0".encode())   # a tilake upgrade also refreshes (fast builds trust it)
     for top in _FINGERPRINTED:
         p = project / top
         files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
@@ -113,6 +122,26 @@ def with_ancestors(select: Sequence[str]) -> List[str]:
     ingest would recompute it from stale upstream tables (or not at all) and report success.
     """
     return [s if s[:1] in ("+", "@") or s[:1].isdigit() else "+" + s for s in select]
+
+
+def views_read_lake(warehouse: Path, root: Path) -> bool:
+    """True when the staging views of ``warehouse`` read ``root``'s raw files.
+
+    The views hold the absolute path of the lake that built them (dbt renders the sources with
+    ``TILAKE_LAKE``): a lake copied or moved elsewhere must rebuild them, so the fast plan
+    (:func:`build_plan`) is taken only when this holds. False when the file cannot be read.
+    """
+    import duckdb
+
+    from tilake.lake.read import reading_file
+
+    want = "'" + str(dbt_lake_root(root)).replace("'", "''") + "/raw/runs/"
+    try:
+        with reading_file(warehouse) as con:
+            row = con.execute("select sql from duckdb_views() where view_name = 'stg_profiler__runs'").fetchone()
+    except (TilakeError, duckdb.Error):
+        return False
+    return bool(row) and want in (row[0] or "")
 
 
 def warehouse_project_sha(warehouse: Path) -> Optional[str]:
@@ -210,14 +239,157 @@ def _disk_failure(lake: Lake, res) -> Optional[TilakeError]:
     return None
 
 
+# the nodes a fast build runs: every table dbt fills (per-run incremental marts and the whole-lake tables);
+# views, seeds, data tests and unit tests stand as the last whole-project build left them
+FAST_SELECT = ("config.materialized:incremental", "config.materialized:table")
+NO_TESTS = ("--exclude-resource-type", "test", "--exclude-resource-type", "unit_test")
+
+
+def build_plan(command: str, select: Optional[Sequence[str]], full_refresh: bool, check: bool,
+               recorded: Optional[str], sha: str, rules: Optional[dict]) -> Tuple[str, bool]:
+    """What :func:`dbt_build` runs: ``(plan, tests)``.
+
+    Plans: ``"fast"`` — a ``dbt build`` of the whole project whose warehouse was last built, without
+    errors, by this very project (``recorded == sha``: same tilake, models, seeds and rules) runs
+    ``dbt run --select`` :data:`FAST_SELECT` only (the tables; a new run's incremental rows are
+    what changes); ``"select"`` — the caller's ``--select`` with ancestors; ``"full"`` — every node
+    (first build, a changed project, ``--full-refresh``, ``--check``, or any command but ``build``).
+    ``tests``: data and unit tests run under ``check`` (``tilake build --check``), or on a whole
+    build with user rules in force (a rules row outside the marts' accepted values fails there);
+    ``dbt build`` in ``dbt_project/`` and ``tilake dbt -- build`` always run them.
+    """
+    if command != "build":
+        return "full", True
+    tests = check or (not select and rules is not None and recorded != sha)
+    if select:
+        return "select", tests
+    if not (full_refresh or check) and recorded is not None and recorded == sha:
+        return "fast", False
+    return "full", tests
+
+
+REPLAY_MARKER = "('#tilake-due-runs#')"   # what the replay templates hold in place of the due runs' ids
+
+
+def _replay_path(lake: Lake) -> Path:
+    return lake.root / ".dbt" / "marts_replay.json"
+
+
+def _compile_replay(lake: Lake, base_args: List[str], sha: str) -> None:
+    """Record the SELECT of every table dbt fills, for builds and removals without dbt (:func:`replay_nodes`).
+
+    ``dbt compile --select`` :data:`FAST_SELECT` with ``TILAKE_REPLAY_TEMPLATE=1``: the per-run
+    incremental models compile with :data:`REPLAY_MARKER` where the due runs' ids go
+    (``dbt_project/macros/lake_scan.sql``), so one compile serves every later new run. The nodes are
+    kept in the order dbt finished them (a node finishes after its parents: a topological order) with
+    each incremental model's registration column and flag (its ``meta``). Written to
+    ``<lake>/.dbt/marts_replay.json`` with the project fingerprint and the lake path it holds.
+    Never raises: without the record a build runs dbt.
+    """
+    from dbt.cli.main import dbtRunner
+
+    try:
+        with _env(TILAKE_REPLAY_TEMPLATE="1"), _held_dbt_output():
+            res = dbtRunner().invoke(["compile", *base_args, "--select", *FAST_SELECT, "--indirect-selection", "empty"])
+        if not res.success:
+            return
+        nodes = []
+        for r in getattr(res.result, "results", None) or []:
+            node = r.node
+            if str(node.resource_type) not in ("model", "NodeType.Model"):
+                continue
+            mat, meta = node.config.materialized, dict(node.config.meta or {})
+            if mat not in ("table", "incremental") or not node.compiled_code or not node.relation_name:
+                return   # not what the project holds today: keep running dbt
+            nodes.append({"name": node.name, "kind": mat, "relation": node.relation_name, "sql": node.compiled_code,
+                          "registered_at": meta.get("tilake_registered_at"), "has": meta.get("tilake_has"),
+                          "rows_per_run": bool(meta.get("tilake_rows_per_run"))})
+        names = {n["name"] for n in nodes}
+        if "int_runs_versioned" not in names or any(n["kind"] == "incremental" and not (n["registered_at"] and n["has"])
+                                                    for n in nodes):
+            return
+        atomic_write_text(_replay_path(lake), json.dumps({"project_sha256": sha, "lake": str(dbt_lake_root(lake.root)),
+                                                          "nodes": nodes}))
+    except Exception:   # noqa: BLE001 — an optional speed-up: any failure means "build with dbt"
+        with contextlib.suppress(OSError):
+            _replay_path(lake).unlink()
+
+
+def _replay_record(lake: Lake, sha: str) -> Optional[dict]:
+    """The replay record when it was compiled by the project ``sha`` for this lake's path, else None."""
+    try:
+        rec = json.loads(_replay_path(lake).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if rec.get("project_sha256") != sha or rec.get("lake") != str(dbt_lake_root(lake.root)) or not rec.get("nodes"):
+        return None
+    return rec
+
+
+def _due_list(ids: Sequence[str]) -> str:
+    from tilake.lake.duck import sql_str
+
+    return "(" + ", ".join(sql_str(i) for i in ids) + ")" if ids else "(NULL)"
+
+
+def replay_nodes(con, rec: dict, removed: Optional[str] = None) -> List[DbtNode]:
+    """Fill the warehouse's tables on ``con`` (a connection to the build copy) as ``dbt run --select``
+    :data:`FAST_SELECT` would: dbt's own compiled SELECTs (:func:`_compile_replay`), in dbt's order.
+
+    An incremental model gets the rows of its due runs (registered after its rows, the same query as
+    its ``todo`` CTE) with dbt-duckdb's ``delete+insert`` on ``run_id``, then its post-hook
+    (``tilake_delete_removed_runs``: rows of runs that left the lake go); a table model is emptied
+    and refilled (``INSERT … BY NAME``: the column types of the last dbt build stay, HUGEINT-free).
+    ``removed``: a run id whose rows leave every incremental model first (``tilake runs rm``); a table
+    model whose rows each come from their own run only (``meta: tilake_rows_per_run``) loses that run's
+    rows instead of being refilled.
+    Raises duckdb.Error (the caller discards the copy and runs dbt).
+    """
+    from tilake.lake.duck import sql_str
+
+    nodes: List[DbtNode] = []
+    versioned = next(n["relation"] for n in rec["nodes"] if n["name"] == "int_runs_versioned")
+    con.execute("BEGIN")
+    if removed is not None:
+        for n in rec["nodes"]:
+            if n["kind"] == "incremental":
+                con.execute(f"DELETE FROM {n['relation']} WHERE run_id = {sql_str(removed)}")
+    for n in rec["nodes"]:
+        rel = n["relation"]
+        if n["kind"] == "table" and removed is not None and n.get("rows_per_run"):
+            con.execute(f"DELETE FROM {rel} WHERE run_id = {sql_str(removed)}")
+            nodes.append(DbtNode(n["name"], "model", "success", "rows of the run deleted"))
+            continue
+        if n["kind"] == "table":
+            con.execute(f"DELETE FROM {rel}")
+            con.execute(f"INSERT INTO {rel} BY NAME SELECT * FROM ({n['sql']}) t")
+            nodes.append(DbtNode(n["name"], "model", "success", "table refilled"))
+            continue
+        reg, has = n["registered_at"], n["has"]
+        due = [r[0] for r in con.execute(
+            f"SELECT v.run_id FROM {versioned} v WHERE v.{has} AND NOT EXISTS (SELECT 1 FROM {rel} t "
+            f"WHERE t.run_id = v.run_id AND t.registered_at = v.{reg}) ORDER BY 1").fetchall()]
+        if due:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE tilake_replay_new AS {n['sql'].replace(REPLAY_MARKER, _due_list(due))}")
+            con.execute(f"DELETE FROM {rel} WHERE run_id IN (SELECT run_id FROM tilake_replay_new)")
+            con.execute(f"INSERT INTO {rel} BY NAME SELECT * FROM tilake_replay_new")
+            con.execute("DROP TABLE tilake_replay_new")
+        con.execute(f"DELETE FROM {rel} WHERE run_id NOT IN (SELECT run_id FROM {versioned} WHERE {has})")
+        nodes.append(DbtNode(n["name"], "model", "success", f"{len(due)} run(s) built"))
+    con.execute("COMMIT")
+    return nodes
+
+
 def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]] = None,
               full_refresh: bool = False, extra: Optional[Sequence[str]] = None,
-              progress: bool = True) -> BuildResult:
+              progress: bool = True, check: bool = False) -> BuildResult:
     """Run ``dbt <command>`` (build by default) on ``lake`` in place; the dbt step of :func:`build_swapped`.
 
     Runs inside :meth:`Lake.writing` (the caller's door, or its own when called alone). Writes
     ``warehouse.duckdb`` in place unless ``extra`` points ``--profiles-dir`` at another profile;
-    commands should use :func:`build_swapped`, which is safe beside readers.
+    commands should use :func:`build_swapped`, which is safe beside readers. dbt's ``target/``
+    (with ``partial_parse.msgpack``) stays in ``<lake>/.dbt/`` between builds, so a build parses only
+    what changed.
 
     Args:
         lake: the lake.
@@ -229,8 +401,10 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
             must not keep rows computed by old models or seeds.
         extra: more dbt arguments. progress: "dbt build: N of M nodes" on stderr (:class:`DbtProgress`,
             at the level :func:`tilake.settings.dbt_progress` names); False prints nothing.
+        check: run the data and unit tests too (``tilake build --check``); see :func:`build_plan` for
+            which nodes run without it.
     Returns:
-        :class:`BuildResult`.
+        :class:`BuildResult` (its ``plan`` and ``tested`` say what ran).
     Raises:
         TilakeError: dbt could not start (bad project or profile; the message names dbt's log
             file); DbtInterrupted: Ctrl-C (dbt's own traceback is not replayed); LakeBusyError.
@@ -244,19 +418,30 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
     with lake.writing(), _env(**{settings.LAKE: str(dbt_lake_root(lake.root))},
                                       DBT_SEND_ANONYMOUS_USAGE_STATS="false", DO_NOT_TRACK="1"):
         project, rules = _project(lake)
-        args = [command, "--project-dir", str(project), "--profiles-dir", str(PROJECT_DIR),
+        sha = project_fingerprint(project)
+        recorded = warehouse_project_sha(lake.warehouse) if command in ("build", "run") else None
+        plan, tests = build_plan(command, select, full_refresh, check, recorded, sha, rules)
+        if plan == "fast" and not views_read_lake(lake.warehouse, lake.root):
+            plan = "full"   # a copied or moved lake: its views read the old folder
+        base = ["--project-dir", str(project), "--profiles-dir", str(PROJECT_DIR),
                 "--target-path", str(dbt_dir / "target"), "--log-path", str(dbt_dir / "logs"),
-                "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats"]
+                "--quiet", "--no-use-colors", "--no-send-anonymous-usage-stats",
+                # manifest.json / run_results.json: read by nothing here (the results come back in
+                # memory; partial_parse.msgpack is written all the same)
+                "--no-write-json",
+                "--vars", json.dumps({"tilake_project_sha": sha, "tilake_rules": record_json(rules)}),
+                *(extra or [])]
+        args = ["run" if plan == "fast" else command, *base]
         if select:
             args += ["--select", *with_ancestors(select)]
-        sha = project_fingerprint(project)
-        args += ["--vars", json.dumps({"tilake_project_sha": sha, "tilake_rules": record_json(rules)})]
-        args += list(extra or [])
+        elif plan == "fast":
+            args += ["--select", *FAST_SELECT]
+        if command == "build" and plan != "fast" and not tests:
+            args += list(NO_TESTS)
         if rules:
             notice(f"rules: {rules['dir']} ({', '.join(rules['files'])})")
         auto_refresh = False
         if not full_refresh and not select and command in ("build", "run"):
-            recorded = warehouse_project_sha(lake.warehouse)
             auto_refresh = recorded is not None and recorded != sha
             if auto_refresh:
                 why = ("the dbt project changed since this warehouse was built (tilake upgraded, seeds or rules edited)"
@@ -273,6 +458,9 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
                 meter.close()
             if isinstance(res.exception, KeyboardInterrupt) or InterruptGuard.any_hit():
                 _join_new_threads(before)
+        if res.success and command == "build" and plan in ("fast", "full") and _replay_record(lake, sha) is None \
+                and not InterruptGuard.any_hit():
+            _compile_replay(lake, base, sha)
     if isinstance(res.exception, KeyboardInterrupt) or InterruptGuard.any_hit():   # dbt hands Ctrl-C back, or lost it
         raise _interrupted(lake) from None   # dbt's held output (its traceback of the interrupt) is dropped
     failed = _disk_failure(lake, res)   # full disk / read-only lake: one line naming the lake
@@ -293,7 +481,8 @@ def dbt_build(lake: Lake, command: str = "build", select: Optional[Sequence[str]
                 and getattr(node, "compiled_code", None):
             compiled[nodes[-1].name] = node.compiled_code
     return BuildResult(bool(res.success), nodes, full_refresh=bool(full_refresh or auto_refresh),
-                       log_path=dbt_dir / "logs" / "dbt.log", rules=rules, compiled=compiled)
+                       log_path=dbt_dir / "logs" / "dbt.log", rules=rules, compiled=compiled,
+                       plan=plan, tested=tests and command == "build")
 
 
 def dbt_passthrough(lake: Lake, args: Sequence[str]) -> int:
@@ -383,16 +572,19 @@ def _wal(p: Path) -> Path:
 
 
 def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refresh: bool = False,
-                  extra: Optional[Sequence[str]] = None, progress: bool = True) -> BuildResult:
+                  extra: Optional[Sequence[str]] = None, progress: bool = True, check: bool = False) -> BuildResult:
     """The build door: ``dbt build`` into a copy of the warehouse, then swap it in atomically.
 
     Steps in the module docstring's order: lock, ensure, copy, profile, dbt, checkpoint, swap.
-    Safe beside readers (they keep the snapshot they opened).
+    Safe beside readers (they keep the snapshot they opened). A plain build (no ``select``,
+    ``full_refresh``, ``check`` or ``extra``) of a lake last built by this same project runs no dbt:
+    :func:`replay_nodes` refills its tables (``plan="rows"``); anything it cannot take falls back to dbt.
 
     Args:
         lake: the lake; ``<lake>/.build/`` is the scratch folder (removed afterwards).
         select: dbt ``--select`` arguments. full_refresh: rebuild incremental marts from scratch.
         extra: more dbt arguments. progress: "N of M nodes" on stderr (see :func:`dbt_build`).
+        check: run the data and unit tests too (:func:`build_plan`).
     Returns:
         :class:`BuildResult`. The warehouse is replaced only when dbt succeeded: after any error or
         failing test (a bad rules row fails ``accepted_values``) it is left exactly as it was, byte
@@ -401,6 +593,10 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
         TilakeError: dbt could not start; DbtInterrupted: Ctrl-C (nothing swapped in);
         LakeBusyError: another writer holds the lake.
     """
+    if not (select or full_refresh or check or extra):
+        fast = _replay_swapped(lake)   # the tables refilled by dbt's recorded SELECTs, no dbt start-up
+        if fast is not None:
+            return fast
     with lake.writing(), InterruptGuard() as guard:           # 1 lock, 2 ensure
         work = lake.root / ".build"
         shutil.rmtree(work, ignore_errors=True)
@@ -409,7 +605,7 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
             tmp = _copy(lake, work)                           # 3 copy
             prof = _swap_profile(lake, tmp)                   # 4 profile
             try:
-                res = dbt_build(lake, select=select, full_refresh=full_refresh, progress=progress,
+                res = dbt_build(lake, select=select, full_refresh=full_refresh, progress=progress, check=check,
                                 extra=["--profiles-dir", str(prof), *(extra or [])])   # 5 dbt
             except Exception:
                 if guard.hit:   # the Ctrl-C became another error inside dbt or DuckDB
@@ -430,3 +626,60 @@ def build_swapped(lake: Lake, select: Optional[Sequence[str]] = None, full_refre
             raise _interrupted(lake) from None
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _replay_swapped(lake: Lake, removed: Optional[str] = None) -> Optional[BuildResult]:
+    """:func:`replay_nodes` through the build door (lock, copy, checkpoint, swap), or None when the lake
+    cannot take it: no replay record of the project in force (:func:`_replay_record`), a warehouse not
+    recorded as built by it, views reading another folder, or a statement DuckDB refused (the copy is
+    dropped: the warehouse is as it was and the caller runs dbt)."""
+    import duckdb
+
+    with lake.writing(), InterruptGuard() as guard:
+        project, _rules = _project(lake)
+        sha = project_fingerprint(project)
+        rec = _replay_record(lake, sha)
+        if rec is None or not lake.warehouse.exists() or warehouse_project_sha(lake.warehouse) != sha \
+                or not views_read_lake(lake.warehouse, lake.root):
+            return None
+        work = lake.root / ".build"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        try:
+            tmp = _copy(lake, work)
+            con = connect(tmp)
+            try:
+                nodes = replay_nodes(con, rec, removed)
+                con.execute("CHECKPOINT")
+            except duckdb.Error as exc:
+                notice(f"building with dbt: the recorded SELECTs did not run ({str(exc).splitlines()[0]})")
+                return None
+            finally:
+                con.close()
+            if guard.hit:
+                raise _interrupted(lake)
+            with guard.deferred():
+                _checkpoint(tmp)
+                if guard.hit:
+                    raise _interrupted(lake)
+                _swap(tmp, lake.warehouse)
+            return BuildResult(True, nodes, log_path=None, plan="rows", tested=False)
+        except KeyboardInterrupt:
+            raise _interrupted(lake) from None
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def drop_run_rows(lake: Lake, run_id: str) -> Optional[BuildResult]:
+    """Take a removed run out of the warehouse without dbt: its rows leave every per-run (incremental)
+    table and the whole-lake tables (registry, the change marts' run pairs, …) are refilled
+    (:func:`replay_nodes` with ``removed=run_id``, through the build door; readers keep their snapshot).
+    The run's raw partitions must already be gone (:meth:`Lake.remove_run`).
+
+    Returns:
+        a :class:`BuildResult` with ``plan="rows"``, or None when the lake cannot take it
+        (:func:`_replay_swapped`): the caller rebuilds with :func:`build_swapped`.
+    Raises:
+        DbtInterrupted: Ctrl-C before the swap (nothing swapped in); LakeBusyError.
+    """
+    return _replay_swapped(lake, removed=run_id)

@@ -419,8 +419,10 @@ def ingest_command(profiler_output: Optional[PathLike], lake: Lake, run_id: Opti
                                   profiler_step=profiler_step, fleet=fleet)
 
 
-def build_command(lake: Lake, *, select: Sequence[str] = (), full_refresh: bool = False) -> Tuple[BuildResult, List[str]]:
-    """``tilake build``: the warehouse door (:func:`tilake.lake.warehouse.build_swapped`) on an existing lake.
+def build_command(lake: Lake, *, select: Sequence[str] = (), full_refresh: bool = False,
+                  check: bool = False) -> Tuple[BuildResult, List[str]]:
+    """``tilake build``: the warehouse door (:func:`tilake.lake.warehouse.build_swapped`) on an existing lake;
+    ``check`` (``--check``) runs the dbt data and unit tests too.
 
     Returns:
         the :class:`BuildResult` and its warnings in the user's terms (:func:`warning_text`).
@@ -434,7 +436,7 @@ def build_command(lake: Lake, *, select: Sequence[str] = (), full_refresh: bool 
         raise TilakeError("no lake here: ingest a run first (tilake ingest / run / example)", path=lake.root)
     with lake.writing():
         refuse_missing(lake)   # a lost registry or data file: one line, not a build that drops the runs
-        res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh)
+        res = build_swapped(lake, select=list(select) or None, full_refresh=full_refresh, check=check)
         if res.success:
             from tilake.pipeline.align import align_stale_runs  # numpy: imported on the build path only
 

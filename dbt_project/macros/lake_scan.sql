@@ -20,6 +20,9 @@
         Same runs as the model's `todo` CTE: the version column and flag come from the config that
         tilake_per_run_incremental() set (meta tilake_registered_at / tilake_has). -#}
     {%- if not execute or not is_incremental() -%}{{ return(none) }}{%- endif -%}
+    {#- tilake's replay of a new run's build (tilake.lake.warehouse.compile_replay) compiles each model once
+        with a marker in place of the list and fills the due runs in at every build -#}
+    {%- if env_var('TILAKE_REPLAY_TEMPLATE', '') -%}{{ return(['#tilake-due-runs#']) }}{%- endif -%}
     {%- set meta = config.get('meta') or {} -%}
     {%- set registered_at = meta.get('tilake_registered_at', 'profile_registered_at') -%}
     {%- set has = meta.get('tilake_has', 'has_profile') -%}
@@ -63,6 +66,9 @@
 {% macro tilake_staged(table, run_ids=none) %}
     {#- The staging relation of a lake table, restricted to `run_ids` when given (see above). -#}
     {%- if run_ids is none -%}{{ ref('stg_profiler__' ~ table) }}
+    {%- elif run_ids == ['#tilake-due-runs#'] -%}
+        {#- the replay template: a constant run_id filter on the view prunes its Hive partitions all the same -#}
+        (select * from {{ ref('stg_profiler__' ~ table) }} where {{ tilake_run_filter('run_id', run_ids) }})
     {%- else -%}({{ tilake_stage_select(table, tilake_run_files(table, run_ids)) }})
     {%- endif -%}
 {% endmacro %}

@@ -9,13 +9,12 @@ from tilake.errors import TilakeError
 from tilake.lake import schema
 from tilake.lake.sql import query
 from tilake.lake.store import Lake
-from tilake.pipeline.example import EXAMPLE_RUN_ID, run_example
+from tilake.pipeline.example import EXAMPLE_RUN_ID
 
 
 @pytest.fixture(scope="module")
-def lake_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("api_example")
-    res = run_example(out)
+def lake_dir(example_run):
+    out, res = example_run   # the session's example (tests/conftest.py): read only here
     return out / "lake", res
 
 

@@ -37,7 +37,7 @@ def test_example_prints_summary_and_writes_outputs(example):
 
 def test_build_passes_its_own_tests(example):
     out, _ = example
-    r = CliRunner().invoke(main, ["build", "--lake", str(out / "lake")])
+    r = CliRunner().invoke(main, ["build", "--check", "--lake", str(out / "lake")])
     assert r.exit_code == 0, r.output
     m = re.search(r"dbt build: (\d+) nodes, (\d+) failed", r.output)
     assert m and int(m.group(1)) > 30 and m.group(2) == "0"

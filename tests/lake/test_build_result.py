@@ -35,7 +35,7 @@ def test_plain_tuples_still_become_nodes():
 
 def test_a_real_build_counts_every_node(tmp_path):
     run_example(tmp_path)
-    res = build_swapped(Lake(tmp_path / "lake"), progress=False)
+    res = build_swapped(Lake(tmp_path / "lake"), progress=False, check=True)   # every node, tests included
     c = res.counts
     assert res.success and c.failed == c.errored == c.skipped == 0
     assert c.passed + c.warned == len(res.nodes) > 50

@@ -14,7 +14,6 @@ from tilake.cli import main
 from tilake.errors import TilakeError
 from tilake.lake.store import Lake
 from tilake.lake.warehouse import BuildResult, DbtProgress, dbt_passthrough
-from tilake.pipeline.example import run_example
 
 
 def _events(total):
@@ -72,15 +71,13 @@ def test_dbt_passthrough_needs_a_lake(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def example_lake(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dbt_progress")
-    run_example(out)
-    return Lake(out / "lake")
+def example_lake(example_run):
+    return Lake(example_run[0] / "lake")   # the session's example (tests/conftest.py); builds leave its data as is
 
 
 def test_build_prints_n_of_m_from_real_dbt_events_and_verbose_quiet(example_lake, monkeypatch):
     monkeypatch.setenv(settings.DBT_PROGRESS, "normal")   # recorded: the CLI flag's setting is undone after the test
-    r = CliRunner().invoke(main, ["build", "--verbose", "--lake", str(example_lake.root)])
+    r = CliRunner().invoke(main, ["build", "--check", "--verbose", "--lake", str(example_lake.root)])   # every node
     assert r.exit_code == 0, r.output
     lines = [line for line in r.stderr.splitlines() if line.startswith("dbt build: ")]
     total = int(lines[0].split(" of ")[1].split()[0])

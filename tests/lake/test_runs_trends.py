@@ -172,6 +172,7 @@ def test_one_more_run_is_incremental_and_safe_beside_a_reader(lake):
         if reader.poll() is None:
             reader.kill()
     assert res.success, res.failures
+    assert res.plan == "rows"   # the same project built the warehouse: dbt's recorded SELECTs, no dbt run
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen["errors"] == [], seen                  # new read-only opens never failed during the build
     assert seen["before"] == 4 and seen["held_after"] == 4   # the held connection keeps its snapshot
@@ -342,6 +343,8 @@ def test_cookbook_queries_run_and_return_expected_rows(lake):
 
 
 def test_runs_rm_removes_partitions_and_rebuilds(lake):
+    # the installed project's state again (test_incremental_equals_full_refresh_row_for_row recorded another)
+    assert build_swapped(lake).success
     reader = subprocess.Popen([sys.executable, "-c", READER, str(lake.warehouse)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -354,7 +357,7 @@ def test_runs_rm_removes_partitions_and_rebuilds(lake):
     assert r.exit_code == 0, r.output
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen["errors"] == [] and seen["before"] == 5 and seen["held_after"] == 5 and seen["fresh"] == 4, seen
-    assert "removed run l2" in r.output
+    assert "removed run l2" in r.output and "the run's rows removed" in r.output   # no rebuild
     assert not list(lake.raw.glob("*/run_id=l2"))
     assert mart(lake.root, "select count(*) from fct_run_registry where run_id = 'l2'")[0][0] == 0
     for t in INCREMENTAL + ["fct_op_comparison"]:
@@ -363,6 +366,13 @@ def test_runs_rm_removes_partitions_and_rebuilds(lake):
     assert mart(lake.root, "select count(*) from fct_run_op_kernels where run_id = 'q3'")[0][0] > 0
     r = CliRunner().invoke(main, ["runs", "rm", "l2", "--lake", str(lake.root)])
     assert r.exit_code == 2 and "no run 'l2' in this lake" in r.output
+    # the rows-only removal equals a rebuild from scratch, table for table (the change marts re-pair l1's family)
+    tables = [t for (t,) in mart(lake.root, "select table_name from information_schema.tables where table_type = "
+                                            "'BASE TABLE' and table_name <> 'tilake_project_state' order by 1")]
+    removed = {t: _snapshot(lake, t) for t in tables}
+    assert build_swapped(lake, full_refresh=True).success
+    for t in tables:
+        assert _snapshot(lake, t) == removed[t], t
 
 
 def test_select_builds_ancestors_so_a_reingested_run_is_fresh(lake):

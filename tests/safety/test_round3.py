@@ -292,10 +292,12 @@ def test_a_build_failing_on_one_runs_data_names_the_run(lake_copy, replace, why)
 
 def test_a_failing_test_on_new_data_names_the_new_run(lake_copy):
     _clone_run(lake_copy, "r1", "odd", captures_replace="'weird' AS status")
-    r = _invoke("build", "--lake", lake_copy)
+    r = _invoke("build", "--check", "--lake", lake_copy)   # the data tests run under --check
     line = next(x for x in r.output.splitlines() if x.startswith("error: "))
     assert r.exit_code == 2 and "accepted_values" in line and "`tilake runs rm odd`" in line, r.output
     assert "run r1" not in line
+    r = _invoke("build", "--lake", lake_copy)   # without --check no data test runs: the build goes through
+    assert r.exit_code == 0, r.output
 
 
 # ------------------------------------------------------------------ 4. input paths with ? # % are opened as paths
@@ -341,3 +343,17 @@ def test_sqlite_uri_quotes_every_uri_character(tmp_path):
     with pytest.raises(sqlite3.Error):
         sqlite_ro(d / "missing.db")
     assert sorted(x.name for x in d.iterdir()) == ["x.db"]   # read-only open creates nothing
+
+
+def test_a_copied_lake_builds_views_over_its_own_files(lake_copy, built):
+    """The staging views hold the lake's absolute path: a copied lake must not take the fast plans (they
+    keep the views), or its marts would read the original lake's files."""
+    import duckdb
+    r = _invoke("build", "--lake", lake_copy)
+    assert r.exit_code == 0, r.output
+    con = duckdb.connect(str(lake_copy / "warehouse.duckdb"), read_only=True)
+    views = [v for (v,) in con.execute("select sql from duckdb_views() where view_name like 'stg_profiler__%'").fetchall()]
+    con.close()
+    assert views and all(f"'{lake_copy}/raw/" in v for v in views), views[:1]
+    assert not any(f"'{built['lake']}/raw/" in v for v in views)
+    assert json.loads((lake_copy / ".dbt" / "marts_replay.json").read_text(encoding="utf-8"))["lake"] == str(lake_copy)

@@ -1,5 +1,7 @@
 -- one row per gated run: the bitwise acceptance gate (tilake dumps gate) as the Python gate decided it,
 -- with the boundaries that keep it from passing (failing + not compared) as one figure for trends
+-- rows of one run derive from that run's rows only: `tilake runs rm` deletes them (tilake.lake.warehouse)
+{{ config(meta={'tilake_rows_per_run': true}) }}
 select
     g.run_id,
     g.outcome,

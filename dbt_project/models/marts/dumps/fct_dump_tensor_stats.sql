@@ -1,4 +1,6 @@
 -- one row per run × side × rank × round: dumped tensor population and health
+-- rows of one run derive from that run's rows only: `tilake runs rm` deletes them (tilake.lake.warehouse)
+{{ config(meta={'tilake_rows_per_run': true}) }}
 select
     run_id,
     side,

@@ -1,4 +1,6 @@
 -- grain: one ingested capture (profiler DB file or text export) per run, side and rank.
+-- rows of one run derive from that run's rows only: `tilake runs rm` deletes them (tilake.lake.warehouse)
+{{ config(meta={'tilake_rows_per_run': true}) }}
 select
     c.run_id, c.side, c.rank, c.capture_id, c.path, c.source_kind, c.sha256, c.size_bytes,
     c.schema_variant, c.profiler_level, c.schema_version, c.truncated, c.table_rows,

@@ -1,6 +1,8 @@
 -- grain: run × side (train, infer): what the operator diff compares on that side — the phases, their
 -- kernel calls, the ranks and TP — and a note when the sides differ in TP or rank count (the report
 -- header and the per-rank columns of fct_op_comparison).
+-- rows of one run derive from that run's rows only: `tilake runs rm` deletes them (tilake.lake.warehouse)
+{{ config(meta={'tilake_rows_per_run': true}) }}
 with s as (
     select * from {{ ref('int_phases_selected') }}
 ),

@@ -1,6 +1,8 @@
 -- grain: run with a profile × metric (every metric of seeds/rl_metrics.csv, plus any other mismatch metric
 -- the run's log holds): verl's measured train–rollout mismatch beside the op diff. A metric the log does
 -- not hold (or a run with no log) is status evidence_missing with value NULL, never 0.
+-- rows of one run derive from that run's rows only: `tilake runs rm` deletes them (tilake.lake.warehouse)
+{{ config(meta={'tilake_rows_per_run': true}) }}
 with runs as (
     select run_id, log_path, step as run_step from {{ ref('stg_profiler__runs') }}
 ),

@@ -1,5 +1,7 @@
 -- grain: run × side × rank × phase × phase_source × pass: kernel calls and device time per phase and rank,
 -- and whether the operator diff compares them (capture health: how each kernel got its phase).
+-- rows of one run derive from that run's rows only: `tilake runs rm` deletes them (tilake.lake.warehouse)
+{{ config(meta={'tilake_rows_per_run': true}) }}
 select
     k.run_id, k.side, k.rank, k.phase, k.phase_source, k.pass,
     cast(sum(k.calls) as bigint) as calls,

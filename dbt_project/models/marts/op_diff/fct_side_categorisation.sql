@@ -1,5 +1,7 @@
 -- grain: run × side: how the side's kernel calls got their category (catalog row, fallback, none) and
 -- how many op types were derived from kernel names (level 0). The report's uncategorized share.
+-- rows of one run derive from that run's rows only: `tilake runs rm` deletes them (tilake.lake.warehouse)
+{{ config(meta={'tilake_rows_per_run': true}) }}
 select
     run_id, side,
     sum(calls) as calls,
