@@ -17,7 +17,7 @@ import re
 import stat
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, List, Optional, Union
 
 from tilake.errors import TilakeError
 
@@ -179,9 +179,11 @@ _CSV_FIELD = re.compile(r'"((?:[^"]|"")*)"|([^,"\n]*)')
 
 
 def _csv_record(record: str) -> str:
-    out, i, n = [], 0, len(record)
+    out: List[str] = []
+    i, n = 0, len(record)
     while True:
         m = _CSV_FIELD.match(record, i)
+        assert m is not None      # the pattern's second branch matches the empty string
         quoted = m.group(1) is not None
         text = m.group(1).replace('""', '"') if quoted else m.group(2)
         i = m.end()
@@ -200,7 +202,7 @@ def neutralise_csv(src: PathLike, dst: PathLike, chunk: int = 4 << 20) -> None:
     ``src`` to ``dst`` with every cell through :func:`csv_text` (header included); a quoted cell stays quoted, so
     an empty string (``""``) and NULL (nothing) stay apart. Streams records (linear, one chunk held)."""
     with open(src, encoding="utf-8", newline="") as f, open(dst, "w", encoding="utf-8", newline="") as g:
-        pending: list = []            # lines of the record being read (a quoted cell may hold newlines)
+        pending: List[str] = []       # lines of the record being read (a quoted cell may hold newlines)
         carry, parity = "", 0
         while True:
             block = f.read(chunk)
