@@ -216,7 +216,7 @@ def _join_new_threads(before: set, timeout_s: float = 300.0) -> None:
     ``terminate``, i.e. processes), and dbt-duckdb cannot cancel a query. Exiting under such a thread
     tears the interpreter down while it is inside DuckDB, and the process aborts in C++ ("terminate
     called without an active exception", exit -6 instead of 2; seen once at a third of the nodes in
-    tests/safety/test_round3_more.py). The worker ends after its current node (its pool sends it a
+    tests/safety/test_wrong_data_and_interrupts.py). The worker ends after its current node (its pool sends it a
     sentinel), so this waits for that node, still under the lake's lock."""
     import time
 

@@ -1,4 +1,4 @@
-"""Reliability round 3 (issue #19): each kind the break test found, reproduced with its own values.
+"""Bad values and output targets (issue 19): each kind a break test found, reproduced with its own values.
 
 Kinds: spreadsheet formulas in every xlsx sheet; special files (FIFO, device node) as output
 targets; implausible durations and overflow-proof sums; paths with ``? # %``; silent wrong data;

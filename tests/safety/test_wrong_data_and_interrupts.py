@@ -1,5 +1,5 @@
-"""Reliability round 3 (issue #19), items 5-8: silent wrong data, one error line, Ctrl-C during a
-build (a real SIGINT), small things. Items 1-4 and the shared helpers: test_round3.py."""
+"""Silent wrong data, one error line, Ctrl-C during a build (a real SIGINT), small things (issue 19, items
+5-8). Items 1-4 and the shared helpers: test_bad_values_and_targets.py."""
 from __future__ import annotations
 
 import errno
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from hostile import one_error_line, tree_digest
-from test_round3 import _invoke, _parquet, _train_db
+from test_bad_values_and_targets import _invoke, _parquet, _train_db
 
 from tilake.cli import main
 from tilake.errors import TilakeError

@@ -1,4 +1,4 @@
-"""Hostile inputs, round 4 (issue 33, the inputs half): nothing followed out of a dump, nothing opened that blocks,
+"""Hostile inputs (issue 33, the inputs half): nothing followed out of a dump, nothing opened that blocks,
 bounded work on padded or compressed inputs, the right cause for damaged-looking but whole files, silent bad rows
 counted, and control characters / formulas escaped in every output. Every input is made here under tmp_path."""
 from __future__ import annotations
