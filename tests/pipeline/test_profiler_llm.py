@@ -41,7 +41,7 @@ def _variants():
 
 @pytest.fixture(scope="module")
 def lake4(tmp_path_factory):
-    """Four runs (reference + three variants) in one lake, one dbt build, the reference's report."""
+    """Four runs (reference + three variants) in one lake, one dbt build with its tests (`tilake build --check`), the reference's report."""
     tmp = tmp_path_factory.mktemp("llm")
     lake = Lake(tmp / "lake")
     caps = {}
@@ -49,7 +49,7 @@ def lake4(tmp_path_factory):
         caps[run_id] = llm_pair(tmp / run_id, tpop, ipop)
         ingest_profile(lake, run_id, explicit(tmp / run_id / "train", "train") +
                        explicit(tmp / run_id / "infer", "infer"), dict(META), progress=False)
-    build = dbt_build(lake, progress=False)
+    build = dbt_build(lake, progress=False, check=True)   # --check: data and unit tests too
     assert build.success and not build.failures
     out = write_report(lake.warehouse, "llm", tmp / "out", "zh")
     return lake, caps, out, build
@@ -67,7 +67,7 @@ def reference(lake4):
     return res, _grades(lake, "llm"), lake, caps["llm"]
 
 
-def test_dbt_build_ran_its_tests_and_unit_tests(lake4):
+def test_dbt_build_check_ran_its_tests_and_unit_tests(lake4):
     _lake, _caps, _out, build = lake4
     kinds = {str(n[1]).split(".")[-1].lower() for n in build.nodes}
     assert {"model", "seed", "test", "unit_test"} <= {k.replace("nodetype.", "") for k in kinds} | kinds
