@@ -168,16 +168,23 @@ def probe_fixed_env(interpreter: str, modules: Sequence[str], env: Mapping[str, 
     if exe is None:
         res.failure = f"`{prog}` is not on PATH ({e.get('PATH', os.defpath)})"
         return res
+    return _run_probe(res, [exe, "-c", _PROBE, *modules], "/", e, timeout_s, exe, prog)
+
+
+def _run_probe(res: ScriptEnv, argv: List[str], cwd: str, env: Mapping[str, str], timeout_s: float, program: str,
+               what: str) -> ScriptEnv:
+    """Run one probe command (stdin closed, output captured) and read its answer into ``res``; a timeout or a
+    program that cannot start becomes ``res.failure``, never an exception."""
     try:
-        cp = subprocess.run([exe, "-c", _PROBE, *modules], cwd="/", env=e, stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=timeout_s)
+        cp = subprocess.run(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=timeout_s)
     except subprocess.TimeoutExpired:
         res.failure = f"the probe did not answer within {timeout_s:.0f} s"
         return res
     except OSError as exc:
-        res.failure = f"cannot run {exe}: {exc.strerror or exc}"
+        res.failure = f"cannot run {program}: {exc.strerror or exc}"
         return res
-    return _read_probe(res, cp, prog)
+    return _read_probe(res, cp, what)
 
 
 def probe_script_env(script: Path, text: str, launch_start: int, interpreter: str, modules: Sequence[str],
@@ -199,16 +206,8 @@ def probe_script_env(script: Path, text: str, launch_start: int, interpreter: st
     e = dict(env)
     e["TILAKE_ENV_PROBE_PROGRAM"] = _PROBE
     res = ScriptEnv(False, preamble=pre, command=interpreter, replayed=True, skipped=skipped)
-    try:
-        cp = subprocess.run(["bash", "--noprofile", "--norc", "-c", cmd, str(script), *args], cwd=str(script.parent),
-                            env=e, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        res.failure = f"the probe did not answer within {timeout_s:.0f} s"
-        return res
-    except OSError as exc:
-        res.failure = f"cannot run bash: {exc}"
-        return res
-    return _read_probe(res, cp, f"`{interpreter}` after the script's preamble")
+    return _run_probe(res, ["bash", "--noprofile", "--norc", "-c", cmd, str(script), *args], str(script.parent), e,
+                      timeout_s, "bash", f"`{interpreter}` after the script's preamble")
 
 
 def _read_probe(res: ScriptEnv, cp: "subprocess.CompletedProcess[str]", what: str) -> ScriptEnv:
