@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from tilake.agent.tools import Json, Workspace, plain
+from tilake.agent.tools import Json, Workspace, plain_object
 from tilake.errors import TilakeError
 from tilake.vocab import BoundaryStatus
 
@@ -51,7 +51,7 @@ def explain_row(ws: Workspace, run_id: str, row: Optional[int] = None, module: O
     if row is None and not module:
         raise TilakeError("explain needs row (the report's row number) or module for an operator diff row")
     where = "n = $row" if row is not None else "module = $module"
-    params = {"run_id": run_id, **({"row": int(row)} if row is not None else {"module": module})}
+    params: Dict[str, Any] = {"run_id": run_id, **({"row": int(row)} if row is not None else {"module": module})}
     rows = _rows(ws, "select * from (select row_number() over (order by display_order) as n, * from fct_op_comparison "
                      f"where run_id = $run_id) where {where} order by n", params)
     if not rows:
@@ -69,7 +69,7 @@ def explain_row(ws: Workspace, run_id: str, row: Optional[int] = None, module: O
                 f"({r['grade']}) by rule {r['rule_id']} — {r.get('rule_en') or ''}; training {ops('train')} vs "
                 f"inference {ops('infer')}" + (f"; {r['diff_type_en']}" if r.get("diff_type_en") else "")
                 + (f"; evidence train={r.get('train_evidence')} infer={r.get('infer_evidence')}"))
-    return plain({"kind": "op_diff_row", "run_id": run_id, "sentence": sentence, "grade": r["grade"],
+    return plain_object({"kind": "op_diff_row", "run_id": run_id, "sentence": sentence, "grade": r["grade"],
                   "rule_id": r["rule_id"], "row": r, "fused_matches": fused,
                   "source": "fct_op_comparison, fct_fused_matches (the report's table and fused joins)"})
 
@@ -115,7 +115,7 @@ def explain_boundary(ws: Workspace, boundary: str, run_id: Optional[str] = None,
         point = next((q for q in src.get("points") or [] if q.get("boundary") == boundary
                       and q.get("round") == round_no), None)
         fd = src.get("first_divergence") or {}
-        return plain({"kind": "boundary", "boundary": boundary, "round": round_no,
+        return plain_object({"kind": "boundary", "boundary": boundary, "round": round_no,
                       "sentence": _boundary_sentence(rows[0]), "row": rows[0],
                       "is_first_divergence": fd.get("boundary") == boundary, "first_divergence": fd,
                       "difference_point": point, "verdict": src.get("results"), "source": str(p)})
@@ -137,7 +137,7 @@ def explain_boundary(ws: Workspace, boundary: str, run_id: Optional[str] = None,
         decision = next((f for f in fails if f.get("boundary") == boundary), None) or {
             "boundary": boundary, "check": "passed the gate (equal, within budget or not mapped)",
             "gate_outcome": gate.get("outcome")}
-    return plain({"kind": "boundary", "boundary": boundary, "round": round_no, "run_id": run_id,
+    return plain_object({"kind": "boundary", "boundary": boundary, "round": round_no, "run_id": run_id,
                   "sentence": _boundary_sentence(row), "row": row, "gate": decision,
                   "gate_line": gate.get("line") if gate else None,
                   "source": table + (f", {gtable}" if gate is not None else "")})

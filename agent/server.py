@@ -40,7 +40,7 @@ def _tool_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def build_server(ws: T.Workspace):
+def build_server(ws: T.Workspace) -> Any:
     """The :class:`mcp.server.mcpserver.MCPServer` with tilake's tools bound to ``ws``.
 
     Raises:

@@ -37,6 +37,14 @@ def plain(obj: Any) -> Any:
     return json.loads(json_text(obj))
 
 
+def plain_object(obj: Any) -> Json:
+    """:func:`plain` of a JSON object (a mapping or a record whose JSON form is one): the tools' answers."""
+    out = plain(obj)
+    if not isinstance(out, dict):
+        raise TypeError(f"expected a JSON object, got {type(out).__name__}")
+    return out
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """Anything a pipeline prints on stdout goes to stderr (stdout is the MCP wire under stdio)."""
@@ -97,7 +105,7 @@ def scan_dry_run(script: str, script_args: Optional[List[str]] = None, profiler:
     with quiet():
         res = scan(Path(script), lake, script_args=list(script_args or ()), dry_run=True, progress=False,
                    profiler=profiler, console=ScanConsole(stderr=True), allow_preamble=allow_preamble)
-    return plain(res.to_json())
+    return plain_object(res.to_json())
 
 
 def run_profile(ws: Workspace, profiler_output: str, out: str, run_id: Optional[str] = None,
@@ -118,7 +126,7 @@ def run_profile(ws: Workspace, profiler_output: str, out: str, run_id: Optional[
     with quiet():
         res = run_command(Path(profiler_output), lake, run_id, out_dir=out_dir, lang=lang, allow_missing=allow_missing,
                           progress=False, model_id=model_id, model_family=model_family, phases=phases)
-    return plain(run_summary_json(res, lake.root))
+    return plain_object(run_summary_json(res, lake.root))
 
 
 def dumps_analyze(ws: Workspace, train: str, infer: str, out: str, map_name: str = "auto",
@@ -158,7 +166,7 @@ def dumps_gate(ws: Workspace, train: str, infer: str, map_name: str = "auto", bu
         res = run_gate(Path(train), Path(infer), map_name=map_name, budget=Path(budget) if budget else None,
                        out_dir=ws.out(out) if out else None, lake_path=ws.lake.root if run_id else None,
                        run_id=run_id, build=build, show_progress=False)
-    return plain(res.to_dict())
+    return plain_object(res.to_dict())
 
 
 def sql(ws: Workspace, query: str, max_rows: int = 200, params: Optional[Dict[str, str]] = None) -> Json:
@@ -183,7 +191,7 @@ def runs(ws: Workspace) -> Json:
     from tilake.lake.registry import list_runs
 
     lake = ws.lake
-    return plain({"lake": lake.root, "runs": list_runs(lake)})
+    return plain_object({"lake": lake.root, "runs": list_runs(lake)})
 
 
 def trend(ws: Workspace, metric: str, by: str = "none", x: str = "run", fail_if: Optional[str] = None,
@@ -203,7 +211,7 @@ def trend(ws: Workspace, metric: str, by: str = "none", x: str = "run", fail_if:
         res, chart = trend_command(ws.lake, metric, by=by, x=x, chart=out is not None,
                                    out_dir=ws.out(out) if out else None)
     check = check_regression(res, fail_if) if fail_if else None
-    return plain({"metric": metric, "title": res.trend.title, "unit": res.trend.unit, "by": by, "x": x,
+    return plain_object({"metric": metric, "title": res.trend.title, "unit": res.trend.unit, "by": by, "x": x,
                   "chart": chart, "series": [{"label": se.label, "points": [
                       {"x": p[0], "value": p[1], "runs": p[2], "last_run_id": p[3]} for p in se.points]}
                       for se in res.series],
