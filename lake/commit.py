@@ -42,6 +42,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from tilake import settings
 from tilake.errors import LakeBusyError, TilakeError
+from tilake.files import atomic_write_text
 
 JOURNAL = ".commit.json"
 """The sealed commit journal, relative to the lake root."""
@@ -329,7 +330,8 @@ def list_files(folder: Path, rel_to: Path) -> Dict[str, int]:
 
 
 def write_record(path: Path, run_id: str, tables: Dict[str, Dict[str, int]]) -> None:
-    """Write a run record (temp + fsync + rename; the caller renames it into ``manifest/`` by a commit)."""
+    """Write a run record to ``path`` and fsync it (``path`` is a staging or temp name: the caller renames it
+    into ``manifest/``, by a commit or by ``os.replace``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps({"run_id": run_id, "tables": tables}, indent=1, sort_keys=True).encode()
     with open(path, "wb") as f:
@@ -382,6 +384,5 @@ def write_format(root: Path) -> None:
         ver = version("tilake")
     except PackageNotFoundError:
         ver = "unknown"
-    tmp = root / f".{FORMAT_FILE}.{uuid.uuid4().hex[:8]}.tmp"
-    tmp.write_text(json.dumps({"format": FORMAT_VERSION, "written_by": f"tilake {ver}"}) + "\n", encoding="utf-8")
-    os.replace(tmp, root / FORMAT_FILE)
+    atomic_write_text(root / FORMAT_FILE, json.dumps({"format": FORMAT_VERSION, "written_by": f"tilake {ver}"}) + "\n",
+                      mkdir=False)
